@@ -1,0 +1,51 @@
+"""pgqueue: a transactional job queue and cron scheduler that needs only PostgreSQL."""
+
+from __future__ import annotations
+
+from ._version import __version__
+from .app import App, Task
+from .config import WorkerConfig
+from .errors import (
+    Cancel,
+    ConfigError,
+    DatabaseUnavailableError,
+    EnqueueError,
+    InvalidArgumentsError,
+    InvalidQueueError,
+    JobNotFoundError,
+    MigrationError,
+    PayloadTooLargeError,
+    PgQueueError,
+    Retry,
+    SchemaNotInstalledError,
+    UnknownTaskError,
+)
+from .models import Job, JobContext, JobSpec, JobState
+from .retry import Backoff
+from .worker import Worker
+
+__all__ = [
+    "App",
+    "Backoff",
+    "Cancel",
+    "ConfigError",
+    "DatabaseUnavailableError",
+    "EnqueueError",
+    "InvalidArgumentsError",
+    "InvalidQueueError",
+    "Job",
+    "JobContext",
+    "JobNotFoundError",
+    "JobSpec",
+    "JobState",
+    "MigrationError",
+    "PayloadTooLargeError",
+    "PgQueueError",
+    "Retry",
+    "SchemaNotInstalledError",
+    "Task",
+    "UnknownTaskError",
+    "Worker",
+    "WorkerConfig",
+    "__version__",
+]

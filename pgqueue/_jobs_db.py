@@ -1,0 +1,117 @@
+"""The worker's seam to the database: one typed coroutine per query, nothing else.
+
+Only this module (and the enqueue/migrate modules on the producer side) runs SQL; rows
+become :class:`~pgqueue.models.Job` objects here.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from ._sql import queries_for
+from .models import Job, JobState
+
+__all__ = ["JobsDB", "Outcome", "TickResult", "outcome_params"]
+
+AConn = psycopg.AsyncConnection[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What an attempt ended in, ready to be written."""
+
+    state: JobState  # retryable, completed, discarded or cancelled
+    delay: float = 0.0  # seconds before the next attempt (retryable only)
+    error: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TickResult:
+    leader: bool
+    promoted: int
+    rescued: int
+    discarded: int
+
+
+def outcome_params(items: Sequence[tuple[int, uuid.UUID, Outcome]]) -> dict[str, list[Any]]:
+    """Parameters of ``job_record_outcomes`` (shared by the sync transactional path)."""
+    return {
+        "ids": [i for i, _, _ in items],
+        "tokens": [t for _, t, _ in items],
+        "states": [o.state.value for _, _, o in items],
+        "delays": [o.delay for _, _, o in items],
+        "errors": [None if o.error is None else json.dumps(o.error, default=str) for _, _, o in items],
+    }
+
+
+class JobsDB:
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+        self.q = queries_for(schema)
+
+    async def claim(
+        self,
+        conn: AConn,
+        *,
+        queues: Sequence[str],
+        task_limits: Mapping[str, int],
+        limit: int,
+        lease: float,
+        worker_id: str,
+    ) -> list[Job]:
+        params: dict[str, Any] = {
+            "tasks": list(task_limits),
+            "task_max_attempts": list(task_limits.values()),
+            "limit": limit,
+            "lease": lease,
+            "worker_id": worker_id,
+        }
+        if len(queues) == 1:
+            query = self.q["job_claim_one_queue"]
+            params["queue"] = queues[0]
+        else:
+            query = self.q["job_claim_many_queues"]
+            params["queues"] = list(queues)
+        cur = await conn.execute(query, params)
+        return [Job(*row) for row in await cur.fetchall()]
+
+    async def record_outcomes(
+        self, conn: AConn, items: Sequence[tuple[int, uuid.UUID, Outcome]]
+    ) -> set[int]:
+        """Write outcomes; returns the ids whose lease was still valid (the rest are fenced)."""
+        cur = await conn.execute(self.q["job_record_outcomes"], outcome_params(items))
+        return {row[0] for row in await cur.fetchall()}
+
+    async def extend_leases(self, conn: AConn, held: Mapping[int, uuid.UUID], lease: float) -> set[int]:
+        cur = await conn.execute(
+            self.q["job_extend_leases"], {"ids": list(held), "tokens": list(held.values()), "lease": lease}
+        )
+        return {row[0] for row in await cur.fetchall()}
+
+    async def release(self, conn: AConn, held: Mapping[int, uuid.UUID]) -> int:
+        cur = await conn.execute(self.q["job_release"], {"ids": list(held), "tokens": list(held.values())})
+        row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+    async def maintenance_tick(
+        self, conn: AConn, *, batch: int, backoff_base: float, backoff_cap: float, default_max_attempts: int
+    ) -> TickResult:
+        cur = await conn.execute(
+            self.q["maintenance_tick"],
+            {
+                "lock_name": f"pgqueue.maintenance:{self.schema}",
+                "batch": batch,
+                "backoff_base": backoff_base,
+                "backoff_cap": backoff_cap,
+                "default_max_attempts": default_max_attempts,
+            },
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        return TickResult(bool(row[0]), int(row[1]), int(row[2]), int(row[3]))

@@ -1,0 +1,297 @@
+"""The application object: task registry, enqueue entry points and database settings."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+from collections.abc import AsyncIterable, Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+
+import psycopg
+
+from . import _enqueue
+from ._sql import validate_schema
+from .config import DEFAULT_QUEUE, WorkerConfig, validate_queue
+from .errors import ConfigError, UnknownTaskError
+from .models import JobSpec
+from .retry import Backoff
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+__all__ = ["App", "Task", "TaskOptions"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+_TASK_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$")
+DEFAULT_MAX_ATTEMPTS = 20
+
+
+@dataclass(frozen=True)
+class TaskOptions:
+    """Per-enqueue overrides, from ``task.options(...)``."""
+
+    queue: str | None = None
+    priority: int | None = None
+    run_at: datetime | None = None
+    delay: float | timedelta | None = None
+    unique_key: str | None = None
+    max_attempts: int | None = None
+
+
+class Task(Generic[P, R]):
+    """A registered handler plus its settings. Calling it runs the function directly."""
+
+    def __init__(
+        self,
+        app: App,
+        fn: Callable[..., Any],
+        *,
+        name: str,
+        queue: str,
+        priority: int,
+        max_attempts: int,
+        timeout: float | None,
+        retry: Backoff,
+        non_retryable: tuple[type[BaseException], ...],
+        transactional: bool,
+        pass_context: bool,
+        log_args: bool,
+    ) -> None:
+        self.app = app
+        self.fn = fn
+        self.name = name
+        self.queue = queue
+        self.priority = priority
+        self.max_attempts = max_attempts
+        self.timeout = timeout
+        self.retry = retry
+        self.non_retryable = non_retryable
+        self.transactional = transactional
+        self.pass_context = pass_context or transactional
+        self.log_args = log_args
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self._defaults = TaskOptions()
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.fn(*args, **kwargs)  # type: ignore[no-any-return]
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} queue={self.queue}>"
+
+    def options(
+        self,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_at: datetime | None = None,
+        delay: float | timedelta | None = None,
+        unique_key: str | None = None,
+        max_attempts: int | None = None,
+    ) -> Task[P, R]:
+        """A copy of this task whose enqueues use these settings."""
+        bound = Task.__new__(Task)
+        bound.__dict__.update(self.__dict__)
+        bound._defaults = replace(
+            self._defaults,
+            **{
+                k: v
+                for k, v in {
+                    "queue": queue,
+                    "priority": priority,
+                    "run_at": run_at,
+                    "delay": delay,
+                    "unique_key": unique_key,
+                    "max_attempts": max_attempts,
+                }.items()
+                if v is not None
+            },
+        )
+        return bound
+
+    def job(self, **kwargs: Any) -> JobSpec:
+        """A validated job for :meth:`App.enqueue_many`."""
+        o = self._defaults
+        return _enqueue.make_spec(
+            self.name,
+            kwargs,
+            queue=o.queue or self.queue,
+            priority=self.priority if o.priority is None else o.priority,
+            run_at=o.run_at,
+            delay=o.delay,
+            unique_key=o.unique_key,
+            max_attempts=o.max_attempts,
+            max_bytes=self.app.max_payload_bytes,
+        )
+
+    def enqueue(self, conn: psycopg.Connection[Any], **kwargs: Any) -> int:
+        """Enqueue in ``conn``'s current transaction; returns the job id."""
+        return _enqueue.enqueue_one(conn, self.app.schema, self.job(**kwargs))
+
+    async def enqueue_async(self, conn: psycopg.AsyncConnection[Any], **kwargs: Any) -> int:
+        """Enqueue in ``conn``'s current transaction; returns the job id."""
+        return await _enqueue.enqueue_one_async(conn, self.app.schema, self.job(**kwargs))
+
+
+class App:
+    """A pgqueue application: its tasks, its database and its schema.
+
+    ``dsn`` falls back to ``$PGQUEUE_DSN``, then to the embedded PostgreSQL server; it is
+    resolved only when a worker or a migration needs it, never by enqueue (which uses the
+    caller's connection).
+    """
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        schema: str = "pgqueue",
+        *,
+        max_payload_bytes: int = _enqueue.DEFAULT_MAX_PAYLOAD_BYTES,
+        worker_config: WorkerConfig | None = None,
+    ) -> None:
+        self._dsn = dsn
+        self.schema = validate_schema(schema)
+        if max_payload_bytes < 1:
+            raise ConfigError("max_payload_bytes must be positive")
+        self.max_payload_bytes = max_payload_bytes
+        self.worker_config = worker_config or WorkerConfig()
+        self.tasks: dict[str, Task[Any, Any]] = {}
+
+    # -- configuration ------------------------------------------------------------------
+
+    @property
+    def dsn(self) -> str:
+        """The connection string, starting the embedded server if nothing else is set."""
+        if self._dsn is None:
+            self._dsn = os.environ.get("PGQUEUE_DSN") or None
+        if self._dsn is None:
+            from .embedded import embedded_dsn
+
+            self._dsn = embedded_dsn()
+        return self._dsn
+
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(
+        self,
+        *,
+        name: str | None = None,
+        queue: str = DEFAULT_QUEUE,
+        priority: int = 0,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        timeout: float | None = None,
+        retry: Backoff | None = None,
+        non_retryable: Iterable[type[BaseException]] = (),
+        transactional: bool = False,
+        pass_context: bool = False,
+        log_args: bool = False,
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    def task(
+        self,
+        fn: Callable[P, R] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str = DEFAULT_QUEUE,
+        priority: int = 0,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        timeout: float | None = None,
+        retry: Backoff | None = None,
+        non_retryable: Iterable[type[BaseException]] = (),
+        transactional: bool = False,
+        pass_context: bool = False,
+        log_args: bool = False,
+    ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
+        """Register a handler. ``name`` defaults to ``"module.function"``.
+
+        ``transactional=True`` passes a :class:`~pgqueue.JobContext` whose ``conn`` holds
+        the transaction that also records the completion (exactly-once effects).
+        ``non_retryable`` exceptions discard the job at once. ``timeout`` fails an attempt
+        that runs longer (it then follows the retry policy).
+        """
+
+        def register(func: Callable[P, R]) -> Task[P, R]:
+            task_name = name or f"{func.__module__}.{func.__qualname__}"
+            if not _TASK_NAME.match(task_name) or "<" in task_name:
+                raise ConfigError(f"invalid task name {task_name!r}: give name=... (letters, digits, _ . : -)")
+            if task_name in self.tasks:
+                raise ConfigError(f"task {task_name!r} is already registered")
+            validate_queue(queue)
+            if max_attempts < 1:
+                raise ConfigError("max_attempts must be at least 1")
+            if timeout is not None and not timeout > 0:
+                raise ConfigError("timeout must be positive")
+            if priority not in _enqueue.PRIORITY_RANGE:
+                raise ConfigError("priority must be in -32768..32767")
+            created: Task[P, R] = Task(
+                self,
+                func,
+                name=task_name,
+                queue=queue,
+                priority=priority,
+                max_attempts=max_attempts,
+                timeout=timeout,
+                retry=retry or Backoff(),
+                non_retryable=tuple(non_retryable),
+                transactional=transactional,
+                pass_context=pass_context,
+                log_args=log_args,
+            )
+            self.tasks[task_name] = created
+            return created
+
+        return register(fn) if fn is not None else register
+
+    def get_task(self, name: str) -> Task[Any, Any]:
+        try:
+            return self.tasks[name]
+        except KeyError:
+            known = ", ".join(sorted(self.tasks)) or "none"
+            raise UnknownTaskError(f"unknown task {name!r} (registered: {known})") from None
+
+    # -- enqueue by name ----------------------------------------------------------------
+
+    def enqueue(self, conn: psycopg.Connection[Any], task: str, /, **kwargs: Any) -> int:
+        """Enqueue a registered task by name in ``conn``'s current transaction."""
+        return self.get_task(task).enqueue(conn, **kwargs)
+
+    async def enqueue_async(self, conn: psycopg.AsyncConnection[Any], task: str, /, **kwargs: Any) -> int:
+        return await self.get_task(task).enqueue_async(conn, **kwargs)
+
+    def enqueue_many(self, conn: psycopg.Connection[Any], jobs: Iterable[JobSpec]) -> int:
+        """Enqueue many jobs with COPY in ``conn``'s transaction; returns how many.
+
+        ``jobs`` may be any iterable, consumed as a stream (memory stays flat). Jobs with a
+        ``unique_key`` go through the deduplicating path instead of COPY.
+        """
+        return _enqueue.enqueue_many(conn, self.schema, jobs)
+
+    async def enqueue_many_async(
+        self, conn: psycopg.AsyncConnection[Any], jobs: Iterable[JobSpec] | AsyncIterable[JobSpec]
+    ) -> int:
+        return await _enqueue.enqueue_many_async(conn, self.schema, jobs)
+
+    # -- operations ---------------------------------------------------------------------
+
+    def migrate(self) -> list[int]:
+        """Apply pending migrations; returns the versions applied."""
+        from .migrate import migrate
+
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            return migrate(conn, self.schema)
+
+    def worker(self, config: WorkerConfig | None = None, **overrides: Any) -> Worker:
+        """A :class:`~pgqueue.worker.Worker` for this app (not started)."""
+        from .worker import Worker
+
+        cfg = replace(config or self.worker_config, **overrides)
+        return Worker(self, cfg)
+
+    def task_limits(self) -> Mapping[str, int]:
+        return {name: t.max_attempts for name, t in self.tasks.items()}

@@ -1,0 +1,103 @@
+"""Worker settings: one frozen dataclass, validated on creation, every field documented."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .errors import ConfigError, InvalidQueueError
+
+__all__ = ["DEFAULT_QUEUE", "WorkerConfig", "validate_queue"]
+
+DEFAULT_QUEUE = "default"
+_QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+
+
+def validate_queue(queue: str) -> str:
+    """Return ``queue`` if it is a valid queue name, else raise :class:`InvalidQueueError`."""
+    if not isinstance(queue, str) or not _QUEUE_NAME.match(queue):
+        raise InvalidQueueError(
+            f"invalid queue name {queue!r}: use 1-64 characters (letters, digits, _ . : -), "
+            "starting with a letter or digit"
+        )
+    return queue
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """How a worker process claims, runs and reports jobs.
+
+    Times are in seconds. Every comparison of times happens on the database clock; these
+    values only size intervals.
+    """
+
+    #: Queues to serve. ``None`` means every queue named by a registered task, plus
+    #: ``"default"``.
+    queues: tuple[str, ...] | None = None
+    #: Jobs run at once by this process (asyncio tasks; sync handlers use a thread pool
+    #: of this size).
+    concurrency: int = 10
+    #: Lease taken at claim. A job whose lease expires (worker killed, hung, partitioned
+    #: away) is rescued and retried. Heartbeats extend it while the handler runs, so it
+    #: bounds recovery time, not job duration.
+    lease: float = 30.0
+    #: How often held leases are extended; must be well under ``lease``.
+    heartbeat_interval: float = 10.0
+    #: Safety-net polling when no notification arrives (LISTEN is the fast path).
+    poll_interval: float = 1.0
+    #: On stop: how long in-flight jobs may run before they are released to ``available``.
+    shutdown_timeout: float = 30.0
+    #: Use LISTEN/NOTIFY for instant wake-up. Off means polling only.
+    listen: bool = True
+    #: Most jobs claimed in one statement (never more than free capacity).
+    fetch_batch: int = 100
+    #: Completions are written in batches of at most this many ...
+    completion_batch: int = 500
+    #: ... and at most this long after the first outcome of a batch was ready.
+    completion_interval: float = 0.005
+    #: How often the maintenance tick (scheduler + rescuer) is attempted; one process wins
+    #: it each time through an advisory lock.
+    maintenance_interval: float = 1.0
+    #: How often finished-job partitions are created ahead (and on start).
+    partition_interval: float = 600.0
+    #: Days of finished-job partitions kept created ahead of today.
+    partition_days_ahead: int = 2
+    #: How often the LISTEN connection is checked while it is quiet.
+    listener_health_interval: float = 15.0
+    #: Default attempts for jobs whose task is unknown to the rescuer's process.
+    default_max_attempts: int = 20
+    #: Identifies this process in job rows and errors; generated when empty.
+    worker_id: str = ""
+    #: Extra settings for custom code; never read by pgqueue.
+    extra: dict[str, str] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.queues is not None:
+            if not self.queues:
+                raise ConfigError("queues must not be empty (use None for the default)")
+            for queue in self.queues:
+                validate_queue(queue)
+        positive = {
+            "concurrency": self.concurrency,
+            "lease": self.lease,
+            "heartbeat_interval": self.heartbeat_interval,
+            "poll_interval": self.poll_interval,
+            "fetch_batch": self.fetch_batch,
+            "completion_batch": self.completion_batch,
+            "maintenance_interval": self.maintenance_interval,
+            "partition_interval": self.partition_interval,
+            "listener_health_interval": self.listener_health_interval,
+            "default_max_attempts": self.default_max_attempts,
+        }
+        for name, value in positive.items():
+            if not value > 0:
+                raise ConfigError(f"{name} must be positive, got {value!r}")
+        if self.shutdown_timeout < 0 or self.completion_interval < 0:
+            raise ConfigError("shutdown_timeout and completion_interval must not be negative")
+        if self.partition_days_ahead < 1:
+            raise ConfigError("partition_days_ahead must be at least 1")
+        if self.heartbeat_interval * 2 > self.lease:
+            raise ConfigError(
+                f"heartbeat_interval ({self.heartbeat_interval}s) must be at most half the "
+                f"lease ({self.lease}s), or leases expire between heartbeats"
+            )

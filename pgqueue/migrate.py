@@ -1,0 +1,82 @@
+"""Schema migrations: ordered, idempotent, recorded, and serialised by an advisory lock."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from ._partitions import ensure_partitions
+from ._sql import load_migrations, validate_schema
+from .errors import MigrationError, SchemaNotInstalledError
+
+__all__ = ["current_version", "latest_version", "migrate", "require_current"]
+
+log = logging.getLogger("pgqueue.migrate")
+
+
+def latest_version() -> int:
+    return max(m.version for m in load_migrations())
+
+
+def migrate(conn: psycopg.Connection[Any], schema: str, *, partition_days_ahead: int = 2) -> list[int]:
+    """Apply every pending migration to ``schema``; returns the versions applied.
+
+    All pending migrations run in one transaction under a lock keyed on the schema, so
+    concurrent ``migrate`` calls queue up and the later ones find nothing to do.
+    """
+    validate_schema(schema)
+    ident = sql.Identifier(schema)
+    applied_now: list[int] = []
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"pgqueue.migrate:{schema}"])
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {}.migrations ("
+                " version integer PRIMARY KEY,"
+                " name text NOT NULL,"
+                " applied_at timestamptz NOT NULL DEFAULT now())"
+            ).format(ident)
+        )
+        done = {r[0] for r in conn.execute(sql.SQL("SELECT version FROM {}.migrations").format(ident))}
+        for migration in load_migrations():
+            if migration.version in done:
+                continue
+            try:
+                conn.execute(migration.bound(schema))
+            except psycopg.Error as exc:
+                raise MigrationError(
+                    f"migration {migration.version:04d}_{migration.name} failed: {exc}"
+                ) from exc
+            conn.execute(
+                sql.SQL("INSERT INTO {}.migrations (version, name) VALUES (%s, %s)").format(ident),
+                [migration.version, migration.name],
+            )
+            applied_now.append(migration.version)
+            log.info("applied migration %04d_%s to schema %s", migration.version, migration.name, schema)
+    ensure_partitions(conn, schema, days_ahead=partition_days_ahead, wait=True)
+    return applied_now
+
+
+def current_version(conn: psycopg.Connection[Any], schema: str) -> int | None:
+    """The schema's applied version, or None when pgqueue is not installed there."""
+    exists = conn.execute("SELECT to_regclass(%s)", [f'"{validate_schema(schema)}".migrations']).fetchone()
+    if exists is None or exists[0] is None:
+        return None
+    row = conn.execute(sql.SQL("SELECT max(version) FROM {}.migrations").format(sql.Identifier(schema))).fetchone()
+    return None if row is None else row[0]
+
+
+def require_current(conn: psycopg.Connection[Any], schema: str) -> None:
+    """Raise :class:`SchemaNotInstalledError` unless the schema is fully migrated."""
+    version = current_version(conn, schema)
+    latest = latest_version()
+    if version is None:
+        raise SchemaNotInstalledError(f"schema {schema!r} has no pgqueue tables: run `pgqueue migrate`")
+    if version < latest:
+        raise SchemaNotInstalledError(
+            f"schema {schema!r} is at version {version}, this pgqueue needs {latest}: run `pgqueue migrate`"
+        )

@@ -1,0 +1,72 @@
+"""Plain data types shared by every layer: job states, claimed jobs, jobs to enqueue."""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+__all__ = ["FINAL_STATES", "Job", "JobContext", "JobSpec", "JobState"]
+
+
+class JobState(enum.StrEnum):
+    """A job's state (River/Oban vocabulary)."""
+
+    AVAILABLE = "available"  #: ready to be claimed
+    SCHEDULED = "scheduled"  #: waiting for its run_at
+    RUNNING = "running"  #: claimed under a lease
+    RETRYABLE = "retryable"  #: failed, waiting for its backoff to pass
+    COMPLETED = "completed"  #: final: the handler returned
+    DISCARDED = "discarded"  #: final, dead letter: out of attempts or not retryable
+    CANCELLED = "cancelled"  #: final: cancelled by a handler or an operator
+
+
+FINAL_STATES = frozenset({JobState.COMPLETED, JobState.DISCARDED, JobState.CANCELLED})
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A claimed job, as a handler's context sees it."""
+
+    id: int
+    queue: str
+    task: str
+    args: dict[str, Any]
+    priority: int
+    attempt: int
+    max_attempts: int
+    lease_token: uuid.UUID
+    run_at: datetime
+    created_at: datetime
+    pickup_delay: timedelta
+
+
+@dataclass(slots=True)
+class JobContext:
+    """Passed as first argument to handlers declared with ``pass_context=True``.
+
+    For ``transactional=True`` tasks, ``conn`` is the connection whose open transaction
+    also records the job's completion: the handler's writes on it commit together with the
+    completion, or not at all. It is a psycopg ``AsyncConnection`` for ``async def``
+    handlers and a ``Connection`` for plain ones; ``None`` for non-transactional tasks.
+    """
+
+    job: Job
+    worker_id: str
+    conn: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """A job ready to enqueue, built with ``task.job(...)`` for ``App.enqueue_many``."""
+
+    task: str
+    args_json: str
+    queue: str
+    priority: int = 0
+    run_at: datetime | None = None
+    delay: float | None = None
+    unique_key: str | None = None
+    max_attempts: int | None = None

@@ -1,0 +1,40 @@
+"""Retry backoff: exponential growth with full jitter, capped. Pure, no I/O."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from .errors import ConfigError
+
+__all__ = ["Backoff"]
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Delay before attempt ``n + 1`` after attempt ``n`` failed.
+
+    ``delay = uniform(0, min(cap, base * factor ** (n - 1)))`` ("full jitter"): retries of
+    many jobs that failed together spread out instead of stampeding back at once.
+    ``jitter=False`` gives the deterministic upper bound, handy in tests.
+    """
+
+    base: float = 1.0
+    factor: float = 2.0
+    cap: float = 3600.0
+    jitter: bool = True
+
+    def __post_init__(self) -> None:
+        if self.base < 0 or self.cap < 0 or self.factor < 1:
+            raise ConfigError("Backoff needs base >= 0, cap >= 0 and factor >= 1")
+
+    def ceiling(self, attempt: int) -> float:
+        exponent = max(attempt - 1, 0)
+        # Guard the power against overflow for absurd attempt counts.
+        if exponent > 200:
+            return self.cap
+        return min(self.cap, self.base * self.factor**exponent)
+
+    def delay(self, attempt: int) -> float:
+        ceiling = self.ceiling(attempt)
+        return random.uniform(0.0, ceiling) if self.jitter else ceiling

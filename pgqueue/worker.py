@@ -1,0 +1,434 @@
+"""The worker: one asyncio loop that claims, runs and reports jobs.
+
+Design notes (invariants in DESIGN.md §3):
+
+* **Fetch.** Claims are sized to free capacity (never more than ``fetch_batch``). A claim
+  that came back full means more work is waiting, so the loop claims again at once while
+  capacity lasts, and again as soon as half of the capacity frees up. A partial claim
+  means the queue is drained: the loop sleeps until a notification, the poll interval, or
+  stop.
+* **Leases.** Every claimed job carries a lease token. The heartbeat extends all leases
+  this process holds (running jobs and outcomes not yet written) in one statement; a job
+  missing from its answer was rescued elsewhere, so its handler is cancelled if it can be
+  and its outcome will be refused by the fence.
+* **Outcomes** go to the completer, which writes them in batches. Transactional tasks
+  write their own completion inside the handler's transaction.
+* **Maintenance** (scheduler + rescuer, partitions) runs in every process; a
+  transaction-scoped advisory lock picks one process per tick.
+* **Shutdown** (``stop()``): stop claiming, let in-flight jobs finish for up to
+  ``shutdown_timeout``, cancel the rest and release them to ``available`` without
+  counting the attempt, then write every pending outcome.
+* Side tasks are supervised: if one dies of an unexpected error the worker stops and
+  ``run()`` raises it, rather than limping on.
+
+Signals are the caller's business (the CLI installs them); this is a library object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import random
+import secrets
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import psycopg_pool
+
+from ._completer import Completer
+from ._executor import Executor
+from ._jobs_db import JobsDB, Outcome
+from ._listener import Listener
+from ._partitions import ensure_partitions
+from ._sql import channel_name
+from .app import App
+from .config import DEFAULT_QUEUE, WorkerConfig
+from .errors import DatabaseUnavailableError
+from .migrate import require_current
+from .models import Job, JobState
+from .retry import Backoff
+
+__all__ = ["Worker", "WorkerStats"]
+
+log = logging.getLogger("pgqueue.worker")
+
+
+@dataclass
+class WorkerStats:
+    """Counters since start; read them from the worker's loop."""
+
+    claimed: int = 0
+    completed: int = 0
+    retried: int = 0
+    discarded: int = 0
+    cancelled: int = 0
+    refused: int = 0  # outcomes fenced off because the lease had been lost
+    released: int = 0
+    claims: int = 0
+    empty_claims: int = 0
+
+
+def _default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+class Worker:
+    def __init__(self, app: App, config: WorkerConfig | None = None) -> None:
+        self.app = app
+        self.config = config or app.worker_config
+        self.worker_id = self.config.worker_id or _default_worker_id()
+        queues = self.config.queues or sorted({t.queue for t in app.tasks.values()} | {DEFAULT_QUEUE})
+        self.queues: tuple[str, ...] = tuple(queues)
+        self.db = JobsDB(app.schema)
+        self.stats = WorkerStats()
+        self.started = asyncio.Event()
+        self.listener: Listener | None = None
+        self._stopping = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._active: dict[int, asyncio.Task[None]] = {}
+        self._held: dict[int, uuid.UUID] = {}
+        self._started_at: dict[int, float] = {}
+        self._slots_used = 0
+        self._backlog = False
+        self._failure: BaseException | None = None
+        self._side_tasks: list[asyncio.Task[None]] = []
+        self._sync_pool: psycopg_pool.ConnectionPool | None = None
+        self._sync_pool_lock = threading.Lock()
+        self._rescue_backoff = Backoff()
+
+    # -- control ----------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask for a graceful stop. Safe to call from any thread or a signal handler."""
+        loop = self._loop
+        if loop is None:
+            self._stopping.set()
+        elif loop.is_running():
+            loop.call_soon_threadsafe(self._request_stop)
+        else:
+            self._request_stop()
+
+    def _request_stop(self) -> None:
+        if not self._stopping.is_set():
+            log.info("worker %s stopping: no new claims; waiting for %d in-flight jobs", self.worker_id, len(self._active))
+        self._stopping.set()
+        self._wake.set()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._active)
+
+    # -- main -------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Run until :meth:`stop`; raises if a side task failed."""
+        self._loop = asyncio.get_running_loop()
+        cfg = self.config
+        dsn = self.app.dsn
+        await asyncio.to_thread(self._check_database, dsn)
+        transactional_async = any(t.transactional and t.is_async for t in self.app.tasks.values())
+        pool = psycopg_pool.AsyncConnectionPool(
+            dsn,
+            min_size=2,
+            max_size=4 + (cfg.concurrency if transactional_async else 0),
+            kwargs={"autocommit": True},
+            open=False,
+            name=f"pgqueue-{self.worker_id}",
+        )
+        threads = concurrent.futures.ThreadPoolExecutor(max_workers=cfg.concurrency, thread_name_prefix="pgqueue-job")
+        try:
+            await pool.open(wait=True, timeout=30)
+            self._pool = pool
+            self._executor = Executor(
+                db=self.db, worker_id=self.worker_id, threads=threads, pool=pool, sync_pool=self._get_sync_pool
+            )
+            self._completer = Completer(
+                self.db,
+                pool,
+                batch_size=cfg.completion_batch,
+                interval=cfg.completion_interval,
+                on_written=self._on_written,
+                repair_partitions=self._repair_partitions,
+            )
+            self._spawn(self._completer.run(), "completer")
+            self._spawn(self._heartbeat_loop(), "heartbeat")
+            self._spawn(self._maintenance_loop(), "maintenance")
+            if cfg.listen:
+                self.listener = Listener(
+                    dsn, channel_name(self.app.schema), self.queues, self.wake,
+                    health_interval=cfg.listener_health_interval,
+                )
+                self._spawn(self.listener.run(), "listener")
+            log.info(
+                "worker %s started: queues=%s concurrency=%d tasks=%d",
+                self.worker_id, ",".join(self.queues), cfg.concurrency, len(self.app.tasks),
+            )
+            self.started.set()
+            await self._fetch_loop()
+            await self._shutdown()
+        finally:
+            for t in self._side_tasks:
+                t.cancel()
+            await asyncio.gather(*self._side_tasks, return_exceptions=True)
+            threads.shutdown(wait=False, cancel_futures=True)
+            await pool.close()
+            if self._sync_pool is not None:
+                await asyncio.to_thread(self._sync_pool.close)
+        if self._failure is not None:
+            raise self._failure
+
+    def _check_database(self, dsn: str) -> None:
+        try:
+            with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+                require_current(conn, self.app.schema)
+                ensure_partitions(conn, self.app.schema, days_ahead=self.config.partition_days_ahead)
+        except psycopg.OperationalError as exc:
+            raise DatabaseUnavailableError(f"cannot connect to the database: {exc}".strip()) from exc
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.create_task(coro, name=f"pgqueue-{name}")
+        task.add_done_callback(self._side_task_done)
+        self._side_tasks.append(task)
+
+    def _side_task_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None and self._failure is None:
+            log.error("worker side task %s died: %r; stopping the worker", task.get_name(), exc, exc_info=exc)
+            self._failure = exc
+            self._request_stop()
+
+    def _get_sync_pool(self) -> psycopg_pool.ConnectionPool:
+        with self._sync_pool_lock:
+            if self._sync_pool is None:
+                self._sync_pool = psycopg_pool.ConnectionPool(
+                    self.app.dsn, min_size=1, max_size=self.config.concurrency,
+                    kwargs={"autocommit": True}, open=True,
+                )
+            return self._sync_pool
+
+    # -- fetching ---------------------------------------------------------------------
+
+    async def _fetch_loop(self) -> None:
+        cfg = self.config
+        task_limits = self.app.task_limits()
+        error_backoff = 0.05
+        while not self._stopping.is_set():
+            self._wake.clear()
+            free = cfg.concurrency - self._slots_used
+            if free <= 0:
+                self._backlog = True
+            elif task_limits:
+                limit = min(free, cfg.fetch_batch)
+                try:
+                    async with self._pool.connection() as conn:
+                        jobs = await self.db.claim(
+                            conn, queues=self.queues, task_limits=task_limits,
+                            limit=limit, lease=cfg.lease, worker_id=self.worker_id,
+                        )
+                    error_backoff = 0.05
+                except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+                    log.warning("claim failed (%s); retrying in %.2fs", exc, error_backoff)
+                    await self._sleep_unless_stopping(error_backoff)
+                    error_backoff = min(error_backoff * 2, 5.0)
+                    continue
+                self.stats.claims += 1
+                self.stats.claimed += len(jobs)
+                if not jobs:
+                    self.stats.empty_claims += 1
+                for job in jobs:
+                    self._start(job)
+                self._backlog = len(jobs) == limit
+                if self._backlog and self._slots_used < cfg.concurrency:
+                    continue  # more is waiting and we have room: claim again now
+            try:
+                await asyncio.wait_for(self._wake.wait(), cfg.poll_interval)
+            except TimeoutError:
+                pass
+
+    async def _sleep_unless_stopping(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+        except TimeoutError:
+            pass
+
+    def _start(self, job: Job) -> None:
+        self._slots_used += 1
+        self._held[job.id] = job.lease_token
+        self._started_at[job.id] = time.monotonic()
+        self._active[job.id] = asyncio.create_task(self._run_job(job), name=f"pgqueue-job-{job.id}")
+
+    async def _run_job(self, job: Job) -> None:
+        task = self.app.tasks[job.task]
+        try:
+            attempt = await self._executor.run(task, job)
+        except asyncio.CancelledError:
+            self._active.pop(job.id, None)
+            self._slot_freed()
+            return
+        self._active.pop(job.id, None)
+        if attempt.outcome is not None and job.id in self._held:
+            self._completer.submit(job, attempt.outcome)
+        elif attempt.outcome is None and not attempt.committed:
+            self._held.pop(job.id, None)
+            self.stats.refused += 1
+            log.warning("job %d %s: transactional completion refused, the lease was lost; rolled back", job.id, job.task)
+        elif attempt.committed and job.id in self._held:
+            # Transactional success: completion already committed with the handler.
+            self._held.pop(job.id, None)
+            self._log_outcome(job, JobState.COMPLETED, written=True)
+            self.stats.completed += 1
+        if attempt.straggler is not None:
+            try:
+                await attempt.straggler
+            except BaseException:  # noqa: BLE001 - its outcome was already recorded
+                pass
+        self._slot_freed()
+
+    def _slot_freed(self) -> None:
+        self._slots_used -= 1
+        free = self.config.concurrency - self._slots_used
+        if self._backlog and free >= max(1, min(self.config.concurrency, self.config.fetch_batch) // 2):
+            self._wake.set()
+
+    # -- outcomes ---------------------------------------------------------------------
+
+    def _on_written(self, job: Job, outcome: Outcome, accepted: bool) -> None:
+        if self._held.get(job.id) == job.lease_token:
+            del self._held[job.id]
+        if not accepted:
+            self.stats.refused += 1
+            log.warning(
+                "job %d %s attempt %d: outcome %s refused, the lease was lost (the job was rescued)",
+                job.id, job.task, job.attempt, outcome.state,
+            )
+            return
+        if outcome.state is JobState.COMPLETED:
+            self.stats.completed += 1
+        elif outcome.state is JobState.RETRYABLE:
+            self.stats.retried += 1
+        elif outcome.state is JobState.DISCARDED:
+            self.stats.discarded += 1
+        elif outcome.state is JobState.CANCELLED:
+            self.stats.cancelled += 1
+        self._log_outcome(job, outcome.state, written=True, outcome=outcome)
+
+    def _log_outcome(self, job: Job, state: JobState, *, written: bool, outcome: Outcome | None = None) -> None:
+        started = self._started_at.pop(job.id, None)
+        if not log.isEnabledFor(logging.INFO):
+            return
+        took = "" if started is None else f" in {(time.monotonic() - started) * 1000:.1f}ms"
+        detail = ""
+        if outcome is not None and outcome.error is not None:
+            detail = f": {outcome.error.get('type')}: {str(outcome.error.get('message'))[:200]}"
+        if state is JobState.RETRYABLE and outcome is not None:
+            detail += f" (retry in {outcome.delay:.1f}s)"
+        args = f" args={job.args!r}" if self.app.tasks[job.task].log_args else ""
+        log.info(
+            "job %d %s queue=%s attempt=%d/%d %s%s%s%s",
+            job.id, job.task, job.queue, job.attempt, job.max_attempts, state, took, detail, args,
+        )
+
+    # -- leases -----------------------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        cfg = self.config
+        while True:
+            await asyncio.sleep(cfg.heartbeat_interval)
+            held = dict(self._held)
+            if not held:
+                continue
+            try:
+                async with self._pool.connection() as conn:
+                    still = await self.db.extend_leases(conn, held, cfg.lease)
+            except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+                log.warning("heartbeat failed for %d leases (%s)", len(held), exc)
+                continue
+            for job_id in held.keys() - still:
+                if self._held.get(job_id) != held[job_id]:
+                    continue  # its outcome was written meanwhile: not lost
+                del self._held[job_id]
+                log.warning("job %d: lease lost (rescued by another process); cancelling its handler", job_id)
+                active = self._active.get(job_id)
+                if active is not None:
+                    active.cancel()
+
+    # -- maintenance ------------------------------------------------------------------
+
+    async def _maintenance_loop(self) -> None:
+        cfg = self.config
+        next_partitions = time.monotonic() + cfg.partition_interval
+        await asyncio.sleep(random.uniform(0, cfg.maintenance_interval))  # de-synchronise nodes
+        while True:
+            try:
+                async with self._pool.connection() as conn:
+                    result = await self.db.maintenance_tick(
+                        conn,
+                        batch=1000,
+                        backoff_base=self._rescue_backoff.base,
+                        backoff_cap=self._rescue_backoff.cap,
+                        default_max_attempts=cfg.default_max_attempts,
+                    )
+                if result.rescued or result.discarded:
+                    log.warning(
+                        "rescued %d jobs whose lease expired (%d retried, %d discarded)",
+                        result.rescued + result.discarded, result.rescued, result.discarded,
+                    )
+                if result.promoted:
+                    log.debug("%d scheduled/retryable jobs became available", result.promoted)
+                if time.monotonic() >= next_partitions:
+                    await self._repair_partitions()
+                    next_partitions = time.monotonic() + cfg.partition_interval
+            except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+                log.warning("maintenance tick failed (%s)", exc)
+            await asyncio.sleep(cfg.maintenance_interval * random.uniform(0.8, 1.2))
+
+    async def _repair_partitions(self) -> int:
+        def work() -> int:
+            with psycopg.connect(self.app.dsn, autocommit=True, connect_timeout=10) as conn:
+                return ensure_partitions(conn, self.app.schema, days_ahead=self.config.partition_days_ahead)
+
+        return await asyncio.to_thread(work)
+
+    # -- shutdown ---------------------------------------------------------------------
+
+    async def _shutdown(self) -> None:
+        cfg = self.config
+        if self._active:
+            await asyncio.wait(list(self._active.values()), timeout=cfg.shutdown_timeout)
+        leftover = {job_id: self._held[job_id] for job_id in self._active if job_id in self._held}
+        for task in list(self._active.values()):
+            task.cancel()
+        if self._active:
+            await asyncio.wait(list(self._active.values()), timeout=5)
+        if leftover:
+            try:
+                async with self._pool.connection() as conn:
+                    released = await self.db.release(conn, leftover)
+                self.stats.released += released
+                log.warning(
+                    "shutdown timeout (%.1fs): released %d unfinished jobs back to available",
+                    cfg.shutdown_timeout, released,
+                )
+            except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+                log.error("could not release %d jobs (%s); the rescuer will retry them", len(leftover), exc)
+            for job_id in leftover:
+                self._held.pop(job_id, None)
+        try:
+            await asyncio.wait_for(self._completer.flush(), timeout=max(cfg.shutdown_timeout, 5.0))
+        except TimeoutError:
+            log.error("could not write %d job outcomes before exiting; the rescuer will retry them",
+                      len(self._completer.pending()))
+        log.info("worker %s stopped", self.worker_id)

@@ -1,0 +1,155 @@
+-- Queries on the job table, loaded by pgqueue/_sql.py.
+-- Format: a "-- name: NAME" line, description comments, then one statement.
+-- {schema}, {channel} are substituted once per schema; %(param)s are bound values.
+
+-- name: job_enqueue
+-- One job through the SQL function: one round trip inside the caller's transaction.
+SELECT {schema}.enqueue(
+    %(task)s, %(args)s::jsonb, %(queue)s, %(priority)s,
+    coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
+    %(unique_key)s, %(max_attempts)s)
+
+-- name: job_copy
+-- COPY target for enqueue_many: rows go straight into the live partition.
+COPY {schema}.jobs_live (task, args, queue, priority, run_at, state, max_attempts)
+FROM STDIN
+
+-- name: db_now
+-- The database clock (transaction start), used to turn delays into run_at for COPY.
+SELECT now()
+
+-- name: queue_notify
+-- Wake workers of these queues (called once per enqueue_many, one NOTIFY per queue).
+SELECT pg_notify({channel}, q) FROM unnest(%(queues)s::text[]) AS q
+
+-- name: job_claim_one_queue
+-- Claim up to %(limit)s available jobs of one queue in the index's order, taking a fresh
+-- lease on each. A NULL max_attempts becomes the task's own setting.
+WITH picked AS (
+    SELECT id
+    FROM {schema}.jobs_live
+    WHERE state = 'available' AND queue = %(queue)s AND task = ANY(%(tasks)s::text[])
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.jobs_live AS j
+SET state = 'running',
+    attempt = j.attempt + 1,
+    started_at = now(),
+    lease_token = gen_random_uuid(),
+    lease_expires_at = now() + make_interval(secs => %(lease)s::float8),
+    worker_id = %(worker_id)s,
+    max_attempts = coalesce(j.max_attempts, (
+        SELECT d.max_attempts
+        FROM unnest(%(tasks)s::text[], %(task_max_attempts)s::int[]) AS d(task, max_attempts)
+        WHERE d.task = j.task))
+FROM picked
+WHERE j.id = picked.id
+RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempt, j.max_attempts,
+          j.lease_token, j.run_at, j.created_at, now() - j.run_at AS pickup_delay
+
+-- name: job_claim_many_queues
+-- Same as job_claim_one_queue over several queues: one ordered index scan per queue,
+-- merged, so no queue starves and no sort over the backlog is needed.
+WITH candidates AS (
+    SELECT c.id, c.priority, c.run_at
+    FROM unnest(%(queues)s::text[]) AS q(name)
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at
+        FROM {schema}.jobs_live
+        WHERE state = 'available' AND queue = q.name AND task = ANY(%(tasks)s::text[])
+        ORDER BY priority DESC, run_at, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+), picked AS (
+    SELECT id FROM candidates ORDER BY priority DESC, run_at, id LIMIT %(limit)s
+)
+UPDATE {schema}.jobs_live AS j
+SET state = 'running',
+    attempt = j.attempt + 1,
+    started_at = now(),
+    lease_token = gen_random_uuid(),
+    lease_expires_at = now() + make_interval(secs => %(lease)s::float8),
+    worker_id = %(worker_id)s,
+    max_attempts = coalesce(j.max_attempts, (
+        SELECT d.max_attempts
+        FROM unnest(%(tasks)s::text[], %(task_max_attempts)s::int[]) AS d(task, max_attempts)
+        WHERE d.task = j.task))
+FROM picked
+WHERE j.id = picked.id
+RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempt, j.max_attempts,
+          j.lease_token, j.run_at, j.created_at, now() - j.run_at AS pickup_delay
+
+-- name: job_record_outcomes
+-- Persist a batch of attempt outcomes, fenced by lease token: rows whose lease was lost
+-- (rescued, released, cancelled) are left alone and their ids are not returned.
+-- retryable: stays live with a new run_at; completed/discarded/cancelled: moves to the
+-- finished partitions. An error object, if any, is appended to errors.
+WITH outcome AS (
+    SELECT *
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(states)s::{schema}.job_state[],
+                %(delays)s::float8[], %(errors)s::jsonb[])
+         AS o(id, token, state, delay, error)
+), retried AS (
+    UPDATE {schema}.jobs_live AS j
+    SET state = o.state,
+        run_at = now() + make_interval(secs => o.delay),
+        lease_token = NULL,
+        lease_expires_at = NULL,
+        errors = CASE WHEN o.error IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(o.error || jsonb_build_object('at', now())) END
+    FROM outcome AS o
+    WHERE j.id = o.id AND j.lease_token = o.token AND j.state = 'running'
+      AND o.state = 'retryable'
+    RETURNING j.id
+), finished AS (
+    DELETE FROM {schema}.jobs_live AS j
+    USING outcome AS o
+    WHERE j.id = o.id AND j.lease_token = o.token AND j.state = 'running'
+      AND o.state IN ('completed', 'discarded', 'cancelled')
+    RETURNING j.id, j.queue, j.task, j.args, o.state AS new_state, j.priority, j.run_at,
+              j.attempt, j.max_attempts, j.unique_key, j.created_at, j.started_at, j.worker_id,
+              CASE WHEN o.error IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(o.error || jsonb_build_object('at', now())) END AS errors
+), moved AS (
+    INSERT INTO {schema}.jobs
+        (id, queue, task, args, state, priority, run_at, attempt, max_attempts, unique_key,
+         created_at, started_at, finished_at, worker_id, errors)
+    SELECT id, queue, task, args, new_state, priority, run_at, attempt, max_attempts, unique_key,
+           created_at, started_at, now(), worker_id, errors
+    FROM finished
+    RETURNING id
+)
+SELECT id FROM retried UNION ALL SELECT id FROM moved
+
+-- name: job_extend_leases
+-- Heartbeat: extend the leases this worker still holds; returns the ids still held.
+UPDATE {schema}.jobs_live AS j
+SET lease_expires_at = now() + make_interval(secs => %(lease)s::float8)
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS o(id, token)
+WHERE j.id = o.id AND j.lease_token = o.token AND j.state = 'running'
+RETURNING j.id
+
+-- name: job_release
+-- Graceful shutdown: hand unfinished jobs back as available, not counting the attempt.
+WITH released AS (
+    UPDATE {schema}.jobs_live AS j
+    SET state = 'available',
+        attempt = greatest(j.attempt - 1, 0),
+        lease_token = NULL,
+        lease_expires_at = NULL,
+        worker_id = NULL
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS o(id, token)
+    WHERE j.id = o.id AND j.lease_token = o.token AND j.state = 'running'
+    RETURNING j.id, j.queue
+), notified AS (
+    SELECT pg_notify({channel}, q) FROM (SELECT DISTINCT queue FROM released) AS r(q)
+)
+SELECT (SELECT count(*) FROM released), (SELECT count(*) FROM notified)
+
+-- name: job_get
+-- One job by id, live or finished.
+SELECT id, queue, task, args, state, priority, run_at, attempt, max_attempts, unique_key,
+       errors, created_at, started_at, finished_at, worker_id, lease_expires_at
+FROM {schema}.jobs
+WHERE id = %(id)s

@@ -1,0 +1,93 @@
+-- Maintenance queries, run by every worker process; the leader of the moment is the
+-- process that wins a transaction-scoped advisory lock on a key namespaced to the schema
+-- (hashtextextended('pgqueue.maintenance:' || schema, 0)), so leadership needs no table,
+-- survives poolers in transaction mode and moves freely between nodes.
+
+-- name: maintenance_tick
+-- In one statement, if this process wins the lock:
+--   scheduler: scheduled/retryable jobs that are due become available (and wake workers);
+--   rescuer:   running jobs whose lease expired become retryable with backoff, or
+--              discarded when out of attempts; each gets an error entry saying why.
+-- Returns (leader, promoted, rescued, discarded).
+WITH leader AS (
+    SELECT pg_try_advisory_xact_lock(hashtextextended(%(lock_name)s, 0)) AS ok
+), due AS (
+    SELECT id
+    FROM {schema}.jobs_live
+    WHERE state IN ('scheduled', 'retryable')
+      AND (CASE WHEN state = 'running' THEN lease_expires_at ELSE run_at END) <= now()
+      AND (SELECT ok FROM leader)
+    ORDER BY (CASE WHEN state = 'running' THEN lease_expires_at ELSE run_at END)
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+), promoted AS (
+    UPDATE {schema}.jobs_live AS j
+    SET state = 'available'
+    FROM due
+    WHERE j.id = due.id
+    RETURNING j.queue
+), expired AS (
+    SELECT id
+    FROM {schema}.jobs_live
+    WHERE state = 'running'
+      AND (CASE WHEN state = 'running' THEN lease_expires_at ELSE run_at END) < now()
+      AND (SELECT ok FROM leader)
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+), rescued AS (
+    UPDATE {schema}.jobs_live AS j
+    SET state = 'retryable',
+        run_at = now() + make_interval(secs => random() * least(
+            %(backoff_cap)s::float8, %(backoff_base)s::float8 * power(2.0, j.attempt - 1))),
+        lease_token = NULL,
+        lease_expires_at = NULL,
+        errors = j.errors || jsonb_build_array(jsonb_build_object(
+            'attempt', j.attempt, 'type', 'LeaseExpired',
+            'message', 'lease expired: the worker crashed, hung or lost its connection',
+            'worker', j.worker_id, 'at', now()))
+    FROM expired
+    WHERE j.id = expired.id AND j.attempt < coalesce(j.max_attempts, %(default_max_attempts)s)
+    RETURNING j.id
+), dead AS (
+    DELETE FROM {schema}.jobs_live AS j
+    USING expired
+    WHERE j.id = expired.id AND j.attempt >= coalesce(j.max_attempts, %(default_max_attempts)s)
+    RETURNING j.*
+), discarded AS (
+    INSERT INTO {schema}.jobs
+        (id, queue, task, args, state, priority, run_at, attempt, max_attempts, unique_key,
+         created_at, started_at, finished_at, worker_id, errors)
+    SELECT id, queue, task, args, 'discarded', priority, run_at, attempt, max_attempts,
+           unique_key, created_at, started_at, now(), worker_id,
+           errors || jsonb_build_array(jsonb_build_object(
+               'attempt', attempt, 'type', 'LeaseExpired',
+               'message', 'lease expired on the last attempt: the worker crashed, hung or lost its connection',
+               'worker', worker_id, 'at', now()))
+    FROM dead
+    RETURNING id
+), notified AS (
+    SELECT pg_notify({channel}, q) FROM (SELECT DISTINCT queue FROM promoted) AS p(q)
+)
+SELECT (SELECT ok FROM leader) AS leader,
+       (SELECT count(*) FROM promoted) AS promoted,
+       (SELECT count(*) FROM rescued) AS rescued,
+       (SELECT count(*) FROM discarded) AS discarded,
+       (SELECT count(*) FROM notified) AS notified
+
+-- name: partition_lock
+-- Serialises partition maintenance across nodes for the current transaction.
+SELECT pg_try_advisory_xact_lock(hashtextextended(%(lock_name)s, 0))
+
+-- name: partition_list
+-- Day partitions that exist under the finished-job parents.
+SELECT parent.relname AS parent, child.relname AS child
+FROM pg_inherits AS i
+JOIN pg_class AS parent ON parent.oid = i.inhparent
+JOIN pg_class AS child ON child.oid = i.inhrelid
+JOIN pg_namespace AS n ON n.oid = parent.relnamespace
+WHERE n.nspname = %(schema)s
+  AND parent.relname IN ('jobs_completed', 'jobs_discarded', 'jobs_cancelled')
+
+-- name: db_today
+-- Today's date on the database clock, in UTC (partition bounds are UTC days).
+SELECT (now() AT TIME ZONE 'UTC')::date
