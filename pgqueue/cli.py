@@ -1,0 +1,188 @@
+"""The ``pgqueue`` command line: parses options, calls the library, prints with rich.
+
+Every command takes ``--dsn`` (or ``$PGQUEUE_DSN``; with neither, the embedded
+PostgreSQL) and ``--schema`` (or ``$PGQUEUE_SCHEMA``). Errors print one clear line to
+stderr and exit non-zero.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+import psycopg
+import typer
+from rich.console import Console
+
+from .config import WorkerConfig
+from .errors import PgQueueError
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="pgqueue",
+    help="pgqueue: a transactional job queue and cron scheduler on PostgreSQL.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err = Console(stderr=True)
+
+DsnOpt = Annotated[
+    str | None,
+    typer.Option("--dsn", envvar="PGQUEUE_DSN", help="PostgreSQL connection string (default: embedded server)."),
+]
+SchemaOpt = Annotated[str, typer.Option("--schema", envvar="PGQUEUE_SCHEMA", help="Schema holding pgqueue's tables.")]
+T = TypeVar("T")
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def _guard(fn: Callable[[], T]) -> T:
+    """Run ``fn``, turning expected failures into one line and a non-zero exit."""
+    try:
+        return fn()
+    except PgQueueError as exc:
+        raise _fail(str(exc)) from None
+    except psycopg.OperationalError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise _fail(f"cannot reach the database: {first}") from None
+    except psycopg.Error as exc:
+        raise _fail(f"database error: {str(exc).strip().splitlines()[0]}") from None
+
+
+def _resolve_dsn(dsn: str | None) -> str:
+    if dsn:
+        return dsn
+    from .embedded import embedded_dsn
+
+    return embedded_dsn()
+
+
+def _connect(dsn: str | None) -> psycopg.Connection[Any]:
+    return psycopg.connect(_resolve_dsn(dsn), autocommit=True, connect_timeout=10)
+
+
+@app.command()
+def migrate(dsn: DsnOpt = None, schema: SchemaOpt = "pgqueue") -> None:
+    """Create or upgrade pgqueue's tables (safe to run concurrently and repeatedly)."""
+    from .migrate import current_version, migrate as run_migrate
+
+    def go() -> None:
+        with _connect(dsn) as conn:
+            applied = run_migrate(conn, schema)
+            version = current_version(conn, schema)
+        if applied:
+            console.print(f"schema [bold]{schema}[/]: applied {', '.join(map(str, applied))}; now at version {version}")
+        else:
+            console.print(f"schema [bold]{schema}[/]: up to date at version {version}")
+
+    _guard(go)
+
+
+@app.command()
+def work(
+    target: Annotated[str, typer.Argument(metavar="MODULE:APP", help="Where your pgqueue.App lives.")],
+    dsn: DsnOpt = None,
+    schema: Annotated[
+        str | None, typer.Option("--schema", envvar="PGQUEUE_SCHEMA", help="Override the App's schema.")
+    ] = None,
+    queues: Annotated[str | None, typer.Option(help="Comma-separated queues (default: the tasks' queues).")] = None,
+    concurrency: Annotated[int, typer.Option(min=1, help="Jobs run at once per process.")] = 10,
+    processes: Annotated[int, typer.Option(min=1, help="Worker processes, one event loop each.")] = 1,
+    shutdown_timeout: Annotated[float, typer.Option(help="Seconds in-flight jobs get on SIGTERM.")] = 30.0,
+    lease: Annotated[float, typer.Option(help="Lease per claimed job, seconds.")] = 30.0,
+    heartbeat_interval: Annotated[float, typer.Option(help="Lease extension interval, seconds.")] = 10.0,
+    poll_interval: Annotated[float, typer.Option(help="Safety-net polling interval, seconds.")] = 1.0,
+    listen: Annotated[bool, typer.Option("--listen/--no-listen", help="Wake up on NOTIFY.")] = True,
+    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR.")] = "INFO",
+) -> None:
+    """Run workers for the tasks of MODULE:APP until SIGTERM/SIGINT."""
+    from ._supervisor import run_processes, run_worker
+
+    level = getattr(logging, log_level.upper(), None)
+    if not isinstance(level, int):
+        raise _fail(f"unknown log level {log_level!r}")
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def go() -> int:
+        config = WorkerConfig(
+            queues=tuple(q.strip() for q in queues.split(",") if q.strip()) if queues else None,
+            concurrency=concurrency,
+            lease=lease,
+            heartbeat_interval=heartbeat_interval,
+            poll_interval=poll_interval,
+            shutdown_timeout=shutdown_timeout,
+            listen=listen,
+        )
+        if processes == 1:
+            return run_worker(target, dsn, schema, config)
+        return run_processes(target, dsn, schema, config, processes, level)
+
+    raise typer.Exit(_guard(go))
+
+
+@app.command()
+def enqueue(
+    task: Annotated[str, typer.Argument(help="Task name (need not be registered here).")],
+    args: Annotated[str, typer.Option("--args", help="Arguments as a JSON object.")] = "{}",
+    queue: Annotated[str, typer.Option(help="Queue name.")] = "default",
+    priority: Annotated[int, typer.Option(help="Higher runs first.")] = 0,
+    delay: Annotated[float, typer.Option(help="Seconds to wait before it may run.")] = 0.0,
+    unique_key: Annotated[str | None, typer.Option(help="Deduplicate against live jobs.")] = None,
+    max_attempts: Annotated[int | None, typer.Option(help="Override the task's max_attempts.")] = None,
+    dsn: DsnOpt = None,
+    schema: SchemaOpt = "pgqueue",
+) -> None:
+    """Enqueue one job through the SQL function and print its id."""
+    from . import _enqueue
+
+    try:
+        parsed = json.loads(args)
+    except json.JSONDecodeError as exc:
+        raise _fail(f"--args is not valid JSON: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise _fail("--args must be a JSON object, like '{\"user_id\": 42}'")
+
+    def go() -> int:
+        spec = _enqueue.make_spec(
+            task, parsed, queue=queue, priority=priority, run_at=None, delay=delay or None,
+            unique_key=unique_key, max_attempts=max_attempts, max_bytes=_enqueue.DEFAULT_MAX_PAYLOAD_BYTES,
+        )
+        from ._sql import validate_schema
+
+        with _connect(dsn) as conn:
+            return _enqueue.enqueue_one(conn, validate_schema(schema), spec)
+
+    console.print(_guard(go))
+
+
+@app.command()
+def demo(
+    dsn: DsnOpt = None,
+    schema: Annotated[str, typer.Option(help="Schema for the demo (dropped and recreated).")] = "pgqueue_demo",
+    jobs: Annotated[int, typer.Option(min=10, help="How many jobs to enqueue.")] = 5000,
+    concurrency: Annotated[int, typer.Option(min=1)] = 50,
+) -> None:
+    """A self-contained showcase: migrate, enqueue, run workers, show live progress."""
+    from .demo import run_demo
+
+    _guard(lambda: run_demo(_resolve_dsn(dsn), schema, jobs, concurrency, console))
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

