@@ -9,6 +9,7 @@ their leases keep being extended) until the database has acknowledged them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -68,10 +69,8 @@ class Completer:
         while True:
             await self._arrived.wait()
             if len(self._pending) < self.batch_size and self.interval > 0:
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._full.wait(), self.interval)
-                except TimeoutError:
-                    pass
             await self.flush()
 
     async def flush(self) -> None:

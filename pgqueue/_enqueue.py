@@ -52,13 +52,11 @@ def encode_args(task: str, args: Mapping[str, Any], max_bytes: int) -> str:
         size = len(text.encode("utf-8"))
     except (TypeError, ValueError, UnicodeEncodeError, RecursionError):
         raise InvalidArgumentsError(
-            f"task {task!r}: {_find_bad_argument(args)} (args must be JSON: str, int, float, "
-            "bool, None, list, dict)"
+            f"task {task!r}: {_find_bad_argument(args)} (args must be JSON: str, int, float, bool, None, list, dict)"
         ) from None
     if "\\u0000" in text:
         raise InvalidArgumentsError(
-            f"task {task!r}: arguments contain a NUL character (\\u0000), which PostgreSQL "
-            "jsonb cannot store"
+            f"task {task!r}: arguments contain a NUL character (\\u0000), which PostgreSQL jsonb cannot store"
         )
     if size > max_bytes:
         raise PayloadTooLargeError(

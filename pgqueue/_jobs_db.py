@@ -81,9 +81,7 @@ class JobsDB:
         cur = await conn.execute(query, params)
         return [Job(*row) for row in await cur.fetchall()]
 
-    async def record_outcomes(
-        self, conn: AConn, items: Sequence[tuple[int, uuid.UUID, Outcome]]
-    ) -> set[int]:
+    async def record_outcomes(self, conn: AConn, items: Sequence[tuple[int, uuid.UUID, Outcome]]) -> set[int]:
         """Write outcomes; returns the ids whose lease was still valid (the rest are fenced)."""
         cur = await conn.execute(self.q["job_record_outcomes"], outcome_params(items))
         return {row[0] for row in await cur.fetchall()}

@@ -38,9 +38,9 @@ def _create_day(conn: psycopg.Connection[Any], schema: str, parent: str, day: da
     s = sql.Identifier(schema)
     child = sql.Identifier(partition_name(parent, day))
     conn.execute(
-        sql.SQL("CREATE TABLE {s}.{child} (LIKE {s}.{parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS) WITH ({storage})").format(
-            s=s, child=child, parent=sql.Identifier(parent), storage=_STORAGE
-        )
+        sql.SQL(
+            "CREATE TABLE {s}.{child} (LIKE {s}.{parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS) WITH ({storage})"
+        ).format(s=s, child=child, parent=sql.Identifier(parent), storage=_STORAGE)
     )
     conn.execute(
         sql.SQL("ALTER TABLE {s}.{parent} ATTACH PARTITION {s}.{child} FOR VALUES FROM ({lo}) TO ({hi})").format(

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from importlib import resources
 from importlib.abc import Traversable
 from pathlib import Path
-from typing import LiteralString, cast
 
 from psycopg import sql
 
@@ -32,8 +31,7 @@ def validate_schema(schema: str) -> str:
     """Return ``schema`` if it is a safe schema name, else raise :class:`ConfigError`."""
     if not isinstance(schema, str) or not _SCHEMA_NAME.match(schema):
         raise ConfigError(
-            f"invalid schema name {schema!r}: use 1-48 lowercase letters, digits or _, "
-            "not starting with a digit"
+            f"invalid schema name {schema!r}: use 1-48 lowercase letters, digits or _, not starting with a digit"
         )
     return schema
 
@@ -65,7 +63,7 @@ def _placeholders(schema: str) -> dict[str, sql.Composable]:
 
 def _bind(text: str, schema: str) -> sql.Composed:
     # The text comes from our own package files, never from users.
-    return sql.SQL(cast(LiteralString, text)).format(**_placeholders(schema))
+    return sql.SQL(text).format(**_placeholders(schema))
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import re
 from collections.abc import AsyncIterable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
 import psycopg
 
@@ -28,6 +28,10 @@ P = ParamSpec("P")
 R = TypeVar("R")
 _TASK_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$")
 DEFAULT_MAX_ATTEMPTS = 20
+
+
+class _TaskDecorator(Protocol):
+    def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...
 
 
 @dataclass(frozen=True)
@@ -93,22 +97,16 @@ class Task(Generic[P, R]):
         max_attempts: int | None = None,
     ) -> Task[P, R]:
         """A copy of this task whose enqueues use these settings."""
-        bound = Task.__new__(Task)
+        bound: Task[P, R] = Task.__new__(Task)
         bound.__dict__.update(self.__dict__)
-        bound._defaults = replace(
-            self._defaults,
-            **{
-                k: v
-                for k, v in {
-                    "queue": queue,
-                    "priority": priority,
-                    "run_at": run_at,
-                    "delay": delay,
-                    "unique_key": unique_key,
-                    "max_attempts": max_attempts,
-                }.items()
-                if v is not None
-            },
+        d = self._defaults
+        bound._defaults = TaskOptions(
+            queue=d.queue if queue is None else queue,
+            priority=d.priority if priority is None else priority,
+            run_at=d.run_at if run_at is None else run_at,
+            delay=d.delay if delay is None else delay,
+            unique_key=d.unique_key if unique_key is None else unique_key,
+            max_attempts=d.max_attempts if max_attempts is None else max_attempts,
         )
         return bound
 
@@ -179,22 +177,6 @@ class App:
     @overload
     def task(
         self,
-        *,
-        name: str | None = None,
-        queue: str = DEFAULT_QUEUE,
-        priority: int = 0,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        timeout: float | None = None,
-        retry: Backoff | None = None,
-        non_retryable: Iterable[type[BaseException]] = (),
-        transactional: bool = False,
-        pass_context: bool = False,
-        log_args: bool = False,
-    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
-
-    def task(
-        self,
-        fn: Callable[P, R] | None = None,
         /,
         *,
         name: str | None = None,
@@ -207,7 +189,24 @@ class App:
         transactional: bool = False,
         pass_context: bool = False,
         log_args: bool = False,
-    ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
+    ) -> _TaskDecorator: ...
+
+    def task(
+        self,
+        fn: Callable[..., Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str = DEFAULT_QUEUE,
+        priority: int = 0,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        timeout: float | None = None,
+        retry: Backoff | None = None,
+        non_retryable: Iterable[type[BaseException]] = (),
+        transactional: bool = False,
+        pass_context: bool = False,
+        log_args: bool = False,
+    ) -> Any:
         """Register a handler. ``name`` defaults to ``"module.function"``.
 
         ``transactional=True`` passes a :class:`~pgqueue.JobContext` whose ``conn`` holds
@@ -216,7 +215,7 @@ class App:
         that runs longer (it then follows the retry policy).
         """
 
-        def register(func: Callable[P, R]) -> Task[P, R]:
+        def register(func: Callable[..., Any]) -> Task[Any, Any]:
             task_name = name or f"{func.__module__}.{func.__qualname__}"
             if not _TASK_NAME.match(task_name) or "<" in task_name:
                 raise ConfigError(f"invalid task name {task_name!r}: give name=... (letters, digits, _ . : -)")
@@ -229,7 +228,7 @@ class App:
                 raise ConfigError("timeout must be positive")
             if priority not in _enqueue.PRIORITY_RANGE:
                 raise ConfigError("priority must be in -32768..32767")
-            created: Task[P, R] = Task(
+            created: Task[Any, Any] = Task(
                 self,
                 func,
                 name=task_name,

@@ -73,7 +73,8 @@ def _connect(dsn: str | None) -> psycopg.Connection[Any]:
 @app.command()
 def migrate(dsn: DsnOpt = None, schema: SchemaOpt = "pgqueue") -> None:
     """Create or upgrade pgqueue's tables (safe to run concurrently and repeatedly)."""
-    from .migrate import current_version, migrate as run_migrate
+    from .migrate import current_version
+    from .migrate import migrate as run_migrate
 
     def go() -> None:
         with _connect(dsn) as conn:
@@ -153,8 +154,15 @@ def enqueue(
 
     def go() -> int:
         spec = _enqueue.make_spec(
-            task, parsed, queue=queue, priority=priority, run_at=None, delay=delay or None,
-            unique_key=unique_key, max_attempts=max_attempts, max_bytes=_enqueue.DEFAULT_MAX_PAYLOAD_BYTES,
+            task,
+            parsed,
+            queue=queue,
+            priority=priority,
+            run_at=None,
+            delay=delay or None,
+            unique_key=unique_key,
+            max_attempts=max_attempts,
+            max_bytes=_enqueue.DEFAULT_MAX_PAYLOAD_BYTES,
         )
         from ._sql import validate_schema
 

