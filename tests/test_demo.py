@@ -29,7 +29,9 @@ def test_demo_runs_to_completion_and_summarises(dsn: str) -> None:
     assert "enqueued 600 jobs" in proc.stdout
     assert "jobs/s" in proc.stdout
     with psycopg.connect(dsn) as conn:
-        states = dict(conn.execute("SELECT state::text, count(*) FROM pgqueue_demo.jobs GROUP BY 1").fetchall())
+        states: dict[str, int] = dict(
+            conn.execute("SELECT state::text, count(*) FROM pgqueue_demo.jobs GROUP BY 1").fetchall()
+        )
     # Every job reached a final state; the doomed ones are in the dead letter.
     assert sum(states.values()) == 600
     assert set(states) <= {"completed", "discarded"}

@@ -5,7 +5,7 @@ from typing import Any
 import psycopg
 
 import pgqueue
-from tests.conftest import job_states, running_worker, async_wait_until
+from tests.conftest import async_wait_until, job_states, running_worker
 
 
 async def test_enqueue_and_run(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:

@@ -48,9 +48,6 @@ CREATE TABLE {schema}.jobs (
     CONSTRAINT jobs_task_length CHECK (char_length(task) BETWEEN 1 AND 200),
     CONSTRAINT jobs_unique_key_length CHECK (char_length(unique_key) BETWEEN 1 AND 200),
     CONSTRAINT jobs_args_object CHECK (jsonb_typeof(args) = 'object'),
-    -- Server-side payload cap on the stored (possibly compressed) size; clients check the
-    -- JSON text size first (App(max_payload_bytes=...)).
-    CONSTRAINT jobs_args_size CHECK (pg_column_size(args) <= 1048576),
     CONSTRAINT jobs_errors_array CHECK (jsonb_typeof(errors) = 'array')
 ) PARTITION BY LIST (state);
 
@@ -68,6 +65,12 @@ CREATE TABLE {schema}.jobs_live PARTITION OF {schema}.jobs
     );
 
 ALTER TABLE {schema}.jobs_live ADD CONSTRAINT jobs_live_pkey PRIMARY KEY (id);
+
+-- Server-side payload cap on the stored (possibly compressed) jsonb size, a backstop
+-- behind the client's check of the JSON text (App(max_payload_bytes=...)). It sits on the
+-- live partition only, where rows are inserted, so `pgqueue migrate --max-payload-bytes N`
+-- can change it by scanning the small live set, never the finished partitions.
+ALTER TABLE {schema}.jobs_live ADD CONSTRAINT jobs_args_size CHECK (pg_column_size(args) <= 8388608);
 
 -- The claim's index: matches WHERE state = 'available' AND queue = $1
 -- ORDER BY priority DESC, run_at, id exactly.
