@@ -239,7 +239,7 @@ class Worker:
         error_backoff = 0.05
         while not self._stopping.is_set():
             self._wake.clear()
-            free = cfg.concurrency - self._slots_used
+            free = self._free_capacity()
             if free <= 0:
                 self._backlog = True
             elif task_limits:
@@ -267,7 +267,7 @@ class Worker:
                 for job in jobs:
                     self._start(job)
                 self._backlog = len(jobs) == limit
-                if self._backlog and self._slots_used < cfg.concurrency:
+                if self._backlog and self._free_capacity() > 0:
                     continue  # more is waiting and we have room: claim again now
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), cfg.poll_interval)
@@ -309,10 +309,21 @@ class Worker:
                 await attempt.straggler
         self._slot_freed()
 
+    def _free_capacity(self) -> int:
+        # Handler slots, but also back-pressure from the completer: at most one
+        # concurrency's worth of outcomes may wait to be written (their leases are held and
+        # heartbeated), so a slow database slows claiming instead of piling up leases.
+        cfg = self.config
+        return min(cfg.concurrency - self._slots_used, 2 * cfg.concurrency - len(self._held))
+
     def _slot_freed(self) -> None:
         self._slots_used -= 1
-        free = self.config.concurrency - self._slots_used
-        if self._backlog and free >= max(1, min(self.config.concurrency, self.config.fetch_batch) // 2):
+        self._maybe_refill()
+
+    def _maybe_refill(self) -> None:
+        if self._backlog and self._free_capacity() >= max(
+            1, min(self.config.concurrency, self.config.fetch_batch) // 2
+        ):
             self._wake.set()
 
     # -- outcomes ---------------------------------------------------------------------
@@ -320,6 +331,7 @@ class Worker:
     def _on_written(self, job: Job, outcome: Outcome, accepted: bool) -> None:
         if self._held.get(job.id) == job.lease_token:
             del self._held[job.id]
+            self._maybe_refill()
         if not accepted:
             self.stats.refused += 1
             log.warning(

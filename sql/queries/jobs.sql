@@ -86,31 +86,40 @@ RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempt, j.max_attempts,
 -- Persist a batch of attempt outcomes, fenced by lease token: rows whose lease was lost
 -- (rescued, released, cancelled) are left alone and their ids are not returned.
 -- retryable: stays live with a new run_at; completed/discarded/cancelled: moves to the
--- finished partitions. An error object, if any, is appended to errors.
+-- finished partitions. An error object, if any, is appended to errors with the time.
+-- Rows are found through the primary key and locked in id order, the same order every
+-- multi-row writer here uses, so concurrent heartbeats and completions cannot deadlock.
 WITH outcome AS (
     SELECT *
     FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(states)s::{schema}.job_state[],
                 %(delays)s::float8[], %(errors)s::jsonb[])
          AS o(id, token, state, delay, error)
+), locked AS MATERIALIZED (
+    SELECT j.id, o.state, o.delay, o.error
+    FROM {schema}.jobs_live AS j
+    JOIN outcome AS o ON o.id = j.id AND o.token = j.lease_token
+    WHERE j.id = ANY(%(ids)s::bigint[])
+    ORDER BY j.id
+    FOR UPDATE OF j
 ), retried AS (
     UPDATE {schema}.jobs_live AS j
-    SET state = o.state,
-        run_at = now() + make_interval(secs => o.delay),
+    SET state = l.state,
+        run_at = now() + make_interval(secs => l.delay),
         lease_token = NULL,
         lease_expires_at = NULL,
-        errors = CASE WHEN o.error IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(o.error || jsonb_build_object('at', now())) END
-    FROM outcome AS o
-    WHERE j.id = o.id AND j.lease_token = o.token AND j.state = 'running'
-      AND o.state = 'retryable'
+        errors = CASE WHEN l.error IS NULL THEN j.errors
+                      ELSE j.errors || jsonb_build_array(l.error || jsonb_build_object('at', now())) END
+    FROM locked AS l
+    WHERE j.id = l.id AND l.state = 'retryable'
     RETURNING j.id
 ), finished AS (
     DELETE FROM {schema}.jobs_live AS j
-    USING outcome AS o
-    WHERE j.id = o.id AND j.lease_token = o.token AND j.state = 'running'
-      AND o.state IN ('completed', 'discarded', 'cancelled')
-    RETURNING j.id, j.queue, j.task, j.args, o.state AS new_state, j.priority, j.run_at,
+    USING locked AS l
+    WHERE j.id = l.id AND l.state IN ('completed', 'discarded', 'cancelled')
+    RETURNING j.id, j.queue, j.task, j.args, l.state AS new_state, j.priority, j.run_at,
               j.attempt, j.max_attempts, j.unique_key, j.created_at, j.started_at, j.worker_id,
-              CASE WHEN o.error IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(o.error || jsonb_build_object('at', now())) END AS errors
+              CASE WHEN l.error IS NULL THEN j.errors
+                   ELSE j.errors || jsonb_build_array(l.error || jsonb_build_object('at', now())) END AS errors
 ), moved AS (
     INSERT INTO {schema}.jobs
         (id, queue, task, args, state, priority, run_at, attempt, max_attempts, unique_key,
@@ -124,23 +133,40 @@ SELECT id FROM retried UNION ALL SELECT id FROM moved
 
 -- name: job_extend_leases
 -- Heartbeat: extend the leases this worker still holds; returns the ids still held.
+WITH locked AS MATERIALIZED (
+    SELECT j.id
+    FROM {schema}.jobs_live AS j
+    JOIN unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS o(id, token)
+      ON o.id = j.id AND o.token = j.lease_token
+    WHERE j.id = ANY(%(ids)s::bigint[])
+    ORDER BY j.id
+    FOR UPDATE OF j
+)
 UPDATE {schema}.jobs_live AS j
 SET lease_expires_at = now() + make_interval(secs => %(lease)s::float8)
-FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS o(id, token)
-WHERE j.id = o.id AND j.lease_token = o.token AND j.state = 'running'
+FROM locked AS l
+WHERE j.id = l.id
 RETURNING j.id
 
 -- name: job_release
 -- Graceful shutdown: hand unfinished jobs back as available, not counting the attempt.
-WITH released AS (
+WITH locked AS MATERIALIZED (
+    SELECT j.id
+    FROM {schema}.jobs_live AS j
+    JOIN unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS o(id, token)
+      ON o.id = j.id AND o.token = j.lease_token
+    WHERE j.id = ANY(%(ids)s::bigint[])
+    ORDER BY j.id
+    FOR UPDATE OF j
+), released AS (
     UPDATE {schema}.jobs_live AS j
     SET state = 'available',
         attempt = greatest(j.attempt - 1, 0),
         lease_token = NULL,
         lease_expires_at = NULL,
         worker_id = NULL
-    FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS o(id, token)
-    WHERE j.id = o.id AND j.lease_token = o.token AND j.state = 'running'
+    FROM locked AS l
+    WHERE j.id = l.id
     RETURNING j.id, j.queue
 ), notified AS (
     SELECT pg_notify({channel}, q) FROM (SELECT DISTINCT queue FROM released) AS r(q)
