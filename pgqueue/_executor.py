@@ -108,9 +108,14 @@ class Executor:
             return Attempt(failure_outcome(task, job, exc, self.worker_id), straggler)
         except LeaseLost:
             return Attempt(None)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # we are being cancelled (shutdown, lost lease): not the handler's doing
+            return Attempt(failure_outcome(task, job, exc, self.worker_id))
+        except KeyboardInterrupt:
             raise
-        except Exception as exc:  # noqa: BLE001 - a handler may raise anything
+        except BaseException as exc:  # noqa: BLE001 - a handler may raise anything, even SystemExit
             return Attempt(failure_outcome(task, job, exc, self.worker_id))
         if task.transactional:
             return Attempt(None, committed=True)

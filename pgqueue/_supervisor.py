@@ -15,12 +15,14 @@ import os
 import signal
 import sys
 import threading
-import time
-from dataclasses import replace
 from typing import Any
+
+import psycopg
 
 from ._loader import load_app
 from .config import WorkerConfig
+from .errors import DatabaseUnavailableError, PgQueueError
+from .migrate import require_current
 
 __all__ = ["run_processes", "run_worker"]
 
@@ -72,36 +74,54 @@ def _exit_if_threads_hang() -> None:
         os._exit(0)
 
 
+EXIT_FATAL = 3  # a child that cannot start (bad schema, bad config): restarting will not help
+
+
 def _child(target: str, dsn: str | None, schema: str | None, config: WorkerConfig, log_level: int) -> None:
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s")
-    sys.exit(run_worker(target, dsn, schema, config))
+    try:
+        code = run_worker(target, dsn, schema, config)
+    except PgQueueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        code = EXIT_FATAL
+    sys.exit(code)
+
+
+def preflight(target: str, dsn: str | None, schema: str | None) -> None:
+    """Check, in the parent, what would make every child fail at once."""
+    app = load_app(target)
+    resolved = dsn or app.dsn
+    try:
+        with psycopg.connect(resolved, autocommit=True, connect_timeout=10) as conn:
+            require_current(conn, schema or app.schema)
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailableError.from_exc(exc) from exc
 
 
 def run_processes(
     target: str, dsn: str | None, schema: str | None, config: WorkerConfig, processes: int, log_level: int
 ) -> int:
     """Run ``processes`` worker processes, each with its own loop and LISTEN connection."""
-    load_app(target)  # fail fast, in the parent, on a bad target
+    preflight(target, dsn, schema)
     ctx = multiprocessing.get_context("spawn")
-    stopping = False
+    stop = threading.Event()
     children: dict[int, Any] = {}
+    exit_code = 0
 
     def start(slot: int) -> None:
-        cfg = replace(config, worker_id="") if config.worker_id else config
         proc = ctx.Process(
-            target=_child, args=(target, dsn, schema, cfg, log_level), name=f"worker-{slot}", daemon=False
+            target=_child, args=(target, dsn, schema, config, log_level), name=f"worker-{slot}", daemon=False
         )
         proc.start()
         children[slot] = proc
 
     def forward(signum: int, _frame: Any) -> None:
-        nonlocal stopping
-        if stopping:
+        if stop.is_set():
             for proc in children.values():
                 if proc.is_alive():
                     proc.kill()
             return
-        stopping = True
+        stop.set()
         log.info("%s received: stopping %d worker processes", signal.Signals(signum).name, len(children))
         for proc in children.values():
             if proc.is_alive() and proc.pid:
@@ -111,18 +131,24 @@ def run_processes(
     signal.signal(signal.SIGINT, forward)
     for slot in range(processes):
         start(slot)
-    restarts: dict[int, float] = {}
+    backoff: dict[int, float] = {}
     while children:
-        time.sleep(0.2)
+        stop.wait(0.2)
         for slot, proc in list(children.items()):
             if proc.is_alive():
                 continue
             del children[slot]
-            if stopping:
+            if stop.is_set():
                 continue
-            log.error("worker process %s exited with code %s; restarting it", proc.name, proc.exitcode)
-            delay = min(restarts.get(slot, 0.5) * 2, 30.0)
-            restarts[slot] = delay
-            time.sleep(delay)
+            if proc.exitcode == EXIT_FATAL:
+                log.error("worker process %s cannot start; stopping all workers", proc.name)
+                exit_code = EXIT_FATAL
+                forward(signal.SIGTERM, None)
+                continue
+            delay = min(backoff.get(slot, 0.25) * 2, 30.0)
+            backoff[slot] = delay
+            log.error("worker process %s exited with code %s; restarting it in %.1fs", proc.name, proc.exitcode, delay)
+            if stop.wait(delay):
+                continue  # asked to stop while waiting: do not start a child nobody will stop
             start(slot)
-    return 0
+    return exit_code

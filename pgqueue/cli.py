@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 
 from .config import WorkerConfig
-from .errors import PgQueueError
+from .errors import DatabaseUnavailableError, PgQueueError
 
 __all__ = ["app", "main"]
 
@@ -52,8 +52,7 @@ def _guard(fn: Callable[[], T]) -> T:
     except PgQueueError as exc:
         raise _fail(str(exc)) from None
     except psycopg.OperationalError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise _fail(f"cannot reach the database: {first}") from None
+        raise _fail(str(DatabaseUnavailableError.from_exc(exc))) from None
     except psycopg.Error as exc:
         raise _fail(f"database error: {str(exc).strip().splitlines()[0]}") from None
 

@@ -68,7 +68,7 @@ def _enqueue_all(app: App, conn: psycopg.Connection[Any], total: int) -> int:
             tasks["demo.send_email"].enqueue(conn, to=f"user{i}@example.com", template="welcome")
         # Scheduled jobs: they wait in 'scheduled' until due.
         for i in range(50):
-            tasks["demo.resize_image"].options(delay=1 + i / 25).enqueue(conn, image_id=i, width=64, height=64)
+            tasks["demo.resize_image"].options(delay=0.2 + i / 100).enqueue(conn, image_id=i, width=64, height=64)
     bulk = total - 100
     doomed = max(bulk // 200, 3)
 

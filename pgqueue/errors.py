@@ -55,6 +55,12 @@ class ConfigError(PgQueueError, ValueError):
 class DatabaseUnavailableError(PgQueueError):
     """The database could not be reached."""
 
+    @classmethod
+    def from_exc(cls, exc: BaseException) -> DatabaseUnavailableError:
+        text = str(exc).strip()
+        first = text.splitlines()[0] if text else type(exc).__name__
+        return cls(f"cannot reach the database: {first}")
+
 
 class SchemaNotInstalledError(PgQueueError):
     """The pgqueue schema is not installed here: run `pgqueue migrate`."""

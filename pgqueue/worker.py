@@ -203,7 +203,7 @@ class Worker:
                 require_current(conn, self.app.schema)
                 ensure_partitions(conn, self.app.schema, days_ahead=self.config.partition_days_ahead)
         except psycopg.OperationalError as exc:
-            raise DatabaseUnavailableError(f"cannot connect to the database: {exc}".strip()) from exc
+            raise DatabaseUnavailableError.from_exc(exc) from exc
 
     def _spawn(self, coro: Any, name: str) -> None:
         task = asyncio.create_task(coro, name=f"pgqueue-{name}")
@@ -246,6 +246,8 @@ class Worker:
                 limit = min(free, cfg.fetch_batch)
                 try:
                     async with self._pool.connection() as conn:
+                        if self._stopping.is_set():
+                            break  # stop() came while we waited for a connection
                         jobs = await self.db.claim(
                             conn,
                             queues=self.queues,
@@ -260,6 +262,9 @@ class Worker:
                     await self._sleep_unless_stopping(error_backoff)
                     error_backoff = min(error_backoff * 2, 5.0)
                     continue
+                if self._stopping.is_set() and jobs:
+                    await self._release_unstarted(jobs)
+                    break
                 self.stats.claims += 1
                 self.stats.claimed += len(jobs)
                 if not jobs:
@@ -271,6 +276,13 @@ class Worker:
                     continue  # more is waiting and we have room: claim again now
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), cfg.poll_interval)
+
+    async def _release_unstarted(self, jobs: list[Job]) -> None:
+        try:
+            async with self._pool.connection() as conn:
+                self.stats.released += await self.db.release(conn, {j.id: j.lease_token for j in jobs})
+        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+            log.error("could not release %d jobs claimed during stop (%s); the rescuer will", len(jobs), exc)
 
     async def _sleep_unless_stopping(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -286,28 +298,33 @@ class Worker:
         task = self.app.tasks[job.task]
         try:
             attempt = await self._executor.run(task, job)
-        except asyncio.CancelledError:
+        except BaseException:
+            # Cancelled: by shutdown (which releases the lease) or by a lost lease (already
+            # dropped from _held). Either way nothing is written from here.
             self._active.pop(job.id, None)
             self._slot_freed()
-            return
+            raise
         self._active.pop(job.id, None)
-        if attempt.outcome is not None and job.id in self._held:
-            self._completer.submit(job, attempt.outcome)
-        elif attempt.outcome is None and not attempt.committed:
-            self._held.pop(job.id, None)
-            self.stats.refused += 1
-            log.warning(
-                "job %d %s: transactional completion refused, the lease was lost; rolled back", job.id, job.task
-            )
-        elif attempt.committed and job.id in self._held:
-            # Transactional success: completion already committed with the handler.
-            self._held.pop(job.id, None)
-            self._log_outcome(job, JobState.COMPLETED, written=True)
-            self.stats.completed += 1
-        if attempt.straggler is not None:
-            with contextlib.suppress(BaseException):
-                await attempt.straggler
-        self._slot_freed()
+        try:
+            if attempt.outcome is not None:
+                if job.id in self._held:
+                    self._completer.submit(job, attempt.outcome)
+            elif attempt.committed:
+                # Transactional success: the completion committed with the handler's writes.
+                self._held.pop(job.id, None)
+                self._log_outcome(job, JobState.COMPLETED, written=True)
+                self.stats.completed += 1
+            else:
+                self._held.pop(job.id, None)
+                self.stats.refused += 1
+                log.warning(
+                    "job %d %s: transactional completion refused, the lease was lost; rolled back", job.id, job.task
+                )
+            if attempt.straggler is not None:
+                with contextlib.suppress(BaseException):
+                    await attempt.straggler
+        finally:
+            self._slot_freed()
 
     def _free_capacity(self) -> int:
         # Handler slots, but also back-pressure from the completer: at most one

@@ -66,7 +66,8 @@ postgresql_noproc = factories.postgresql_noproc(
     port=SERVER["port"],
     user=SERVER["user"],
     password=SERVER["password"],
-    dbname="pgqueue_test",
+    # Per-session names, so two test runs can share one server without colliding.
+    dbname=f"pgqueue_test_{os.getpid()}",
     load=[_load_schema],
 )
 postgresql = factories.postgresql("postgresql_noproc")

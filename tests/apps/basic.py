@@ -16,9 +16,7 @@ app = pgqueue.App()  # the DSN comes from --dsn / PGQUEUE_DSN
 
 def _ledger(job_key: str, event: str) -> None:
     with psycopg.connect(app.dsn, autocommit=True) as conn:
-        conn.execute(
-            "INSERT INTO ledger (job_key, event, pid) VALUES (%s, %s, %s)", [job_key, event, os.getpid()]
-        )
+        conn.execute("INSERT INTO ledger (job_key, event, pid) VALUES (%s, %s, %s)", [job_key, event, os.getpid()])
 
 
 @app.task(name="record")

@@ -1,0 +1,128 @@
+"""LISTEN/NOTIFY wake-ups, polling without them, and the listener's reconnection."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import psycopg
+
+import pgqueue
+from tests.apps.support import state_of
+from tests.conftest import async_wait_until, running_worker
+
+
+def _task(app: pgqueue.App, done: dict[int, float], name: str = "ping") -> pgqueue.Task[Any, Any]:
+    @app.task(name=name, pass_context=True)
+    async def ping(ctx: pgqueue.JobContext) -> None:
+        done[ctx.job.id] = time.monotonic()
+
+    return ping
+
+
+async def wait_completed(conn: psycopg.Connection[Any], done: dict[int, float], job_id: int) -> None:
+    await async_wait_until(lambda: job_id in done, timeout=5)
+    await async_wait_until(lambda: state_of(conn, job_id) == "completed", timeout=5)
+
+
+async def idle(worker: pgqueue.Worker) -> None:
+    """Wait until the worker has found the queue empty and gone to sleep."""
+    await async_wait_until(lambda: worker.stats.empty_claims >= 1, timeout=10)
+    await asyncio.sleep(0.05)  # let it reach its wait; nothing is pending, so this only settles
+
+
+async def test_listen_wakes_an_idle_worker_long_before_the_poll_interval(
+    app: pgqueue.App, conn: psycopg.Connection[Any]
+) -> None:
+    done: dict[int, float] = {}
+    ping = _task(app, done)
+    async with running_worker(app, poll_interval=30, maintenance_interval=30) as worker:
+        assert worker.listener is not None
+        await asyncio.wait_for(worker.listener.connected.wait(), 10)
+        await idle(worker)
+        claims_before = worker.stats.claims
+        for _ in range(3):  # several round trips, each must be fast
+            t0 = time.monotonic()
+            job_id = ping.enqueue(conn)
+            await wait_completed(conn, done, job_id)
+            assert done[job_id] - t0 < 1.0, f"pickup took {done[job_id] - t0:.3f}s with a 30s poll interval"
+        # Woken by notifications, not by spinning: a handful of claims per job at most.
+        assert worker.stats.claims - claims_before <= 3 * 3
+
+
+async def test_without_listen_polling_still_runs_jobs(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:
+    done: dict[int, float] = {}
+    ping = _task(app, done)
+    async with running_worker(app, listen=False, poll_interval=0.3) as worker:
+        assert worker.listener is None
+        await idle(worker)
+        t0 = time.monotonic()
+        job_id = ping.enqueue(conn)
+        await async_wait_until(lambda: job_id in done, timeout=5)
+        assert done[job_id] - t0 < 0.3 + 1.2  # one poll interval, plus slack for a busy machine
+        await async_wait_until(lambda: state_of(conn, job_id) == "completed", timeout=5)
+
+
+async def test_notification_for_another_queue_does_not_run_its_jobs(
+    app: pgqueue.App, conn: psycopg.Connection[Any]
+) -> None:
+    done: dict[int, float] = {}
+    ping = _task(app, done)
+    async with running_worker(app, queues=("default",), poll_interval=0.3) as worker:
+        await idle(worker)
+        other = ping.options(queue="elsewhere").enqueue(conn)
+        mine = ping.enqueue(conn)
+        await async_wait_until(lambda: mine in done, timeout=5)
+        await asyncio.sleep(0.4)  # a negative check: give it more than a poll interval to misbehave
+    assert other not in done
+    assert state_of(conn, other) == "available"
+
+
+async def test_listener_reconnects_after_its_backend_is_terminated(
+    app: pgqueue.App, conn: psycopg.Connection[Any]
+) -> None:
+    done: dict[int, float] = {}
+    ping = _task(app, done)
+    async with running_worker(app, poll_interval=0.5) as worker:
+        listener = worker.listener
+        assert listener is not None
+        await asyncio.wait_for(listener.connected.wait(), 10)
+        await idle(worker)
+        old_pid = listener.backend_pid
+        assert old_pid is not None
+        row = conn.execute("SELECT pg_terminate_backend(%s)", [old_pid]).fetchone()
+        assert row == (True,)
+        t0 = time.monotonic()
+        job_id = ping.enqueue(conn)
+        await async_wait_until(lambda: job_id in done, timeout=5)
+        assert done[job_id] - t0 < 0.5 + 1.5  # within about a poll interval
+        await async_wait_until(lambda: listener.reconnects >= 1 and listener.backend_pid != old_pid, timeout=10)
+        await asyncio.wait_for(listener.connected.wait(), 10)
+        alive = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = %s AND query ILIKE 'LISTEN%%'", [listener.backend_pid]
+        ).fetchone()
+        assert alive == (1,)
+        await async_wait_until(lambda: state_of(conn, job_id) == "completed", timeout=5)
+
+
+async def test_reconnected_listener_delivers_notifications_again(
+    app: pgqueue.App, conn: psycopg.Connection[Any]
+) -> None:
+    done: dict[int, float] = {}
+    ping = _task(app, done)
+    # A 30s poll: after the reconnection only a working LISTEN can pick the job up fast.
+    async with running_worker(app, poll_interval=30, maintenance_interval=30) as worker:
+        listener = worker.listener
+        assert listener is not None
+        await asyncio.wait_for(listener.connected.wait(), 10)
+        await idle(worker)
+        old_pid = listener.backend_pid
+        conn.execute("SELECT pg_terminate_backend(%s)", [old_pid])
+        await async_wait_until(lambda: listener.backend_pid not in (None, old_pid) and listener.connected.is_set())
+        await idle(worker)
+        t0 = time.monotonic()
+        job_id = ping.enqueue(conn)
+        await async_wait_until(lambda: job_id in done, timeout=5)
+        assert done[job_id] - t0 < 1.0
+        assert listener.reconnects >= 1

@@ -1,0 +1,774 @@
+"""The worker in-process, on a real PostgreSQL: fetching, running, outcomes, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+import pgqueue
+from tests.apps.support import job_row, state_of
+from tests.conftest import async_wait_until, job_states, running_worker, server_dsn
+
+ERROR_KEYS = {"type", "message", "traceback", "worker", "attempt", "at"}
+
+
+def is_final(conn: psycopg.Connection[Any], job_id: int) -> bool:
+    return state_of(conn, job_id) in {"completed", "discarded", "cancelled"}
+
+
+@pytest.fixture
+def empty_dsn() -> Iterator[str]:
+    """A fresh database on the test server without pgqueue's schema."""
+    name = f"pgqueue_empty_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server_dsn(), autocommit=True) as c:
+        c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield server_dsn(name)
+    finally:
+        with psycopg.connect(server_dsn(), autocommit=True) as c:
+            c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+# -- running handlers -----------------------------------------------------------------
+
+
+async def test_sync_and_async_handlers_both_run(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:
+    seen: list[tuple[str, int, str]] = []
+
+    @app.task(name="sync_h")
+    def sync_h(x: int) -> None:
+        seen.append(("sync", x, threading.current_thread().name))
+
+    @app.task(name="async_h")
+    async def async_h(x: int) -> None:
+        await asyncio.sleep(0)
+        seen.append(("async", x, threading.current_thread().name))
+
+    sync_h.enqueue(conn, x=1)
+    async_h.enqueue(conn, x=2)
+    async with running_worker(app) as worker:
+        await async_wait_until(lambda: len(seen) == 2)
+        await async_wait_until(lambda: worker.stats.completed == 2)
+    by_kind = {kind: (x, thread) for kind, x, thread in seen}
+    assert by_kind["sync"][0] == 1
+    assert by_kind["async"][0] == 2
+    # Sync handlers run in the worker's thread pool, async ones on the loop's thread.
+    assert by_kind["sync"][1].startswith("pgqueue-job")
+    assert by_kind["async"][1] == threading.current_thread().name
+    assert job_states(conn) == {"completed": 2}
+
+
+async def test_running_jobs_never_exceed_concurrency(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:
+    running = 0
+    peak = 0
+    done = 0
+
+    @app.task(name="slowish")
+    async def slowish() -> None:
+        nonlocal running, peak, done
+        running += 1
+        peak = max(peak, running)
+        try:
+            await asyncio.sleep(0.05)
+        finally:
+            running -= 1
+            done += 1
+
+    app.enqueue_many(conn, [slowish.job() for _ in range(20)])
+    async with running_worker(app, concurrency=3, fetch_batch=100) as worker:
+        await async_wait_until(lambda: worker.stats.completed == 20)
+    assert done == 20
+    assert peak == 3, f"peak concurrency was {peak}, expected exactly 3"
+    assert worker.stats.claimed == 20
+    assert job_states(conn) == {"completed": 20}
+
+
+async def test_full_batch_triggers_immediate_refetch_while_capacity_lasts(
+    app: pgqueue.App, conn: psycopg.Connection[Any]
+) -> None:
+    # fetch_batch=5 < concurrency=10: the first claim comes back full with 5 free slots left,
+    # so the worker must claim again at once. Polling is effectively off (30s, no LISTEN).
+    running = 0
+    gate = asyncio.Event()
+
+    @app.task(name="held")
+    async def held() -> None:
+        nonlocal running
+        running += 1
+        await gate.wait()
+
+    app.enqueue_many(conn, [held.job() for _ in range(10)])
+    async with running_worker(app, concurrency=10, fetch_batch=5, poll_interval=30, listen=False) as worker:
+        try:
+            await async_wait_until(lambda: running == 10, timeout=5)
+            assert worker.stats.claims == 2
+        finally:
+            gate.set()
+        await async_wait_until(lambda: worker.stats.completed == 10)
+
+
+async def test_drains_500_jobs_with_few_claims(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:
+    @app.task(name="noop")
+    async def noop() -> None:
+        return None
+
+    app.enqueue_many(conn, [noop.job() for _ in range(500)])
+    # No LISTEN and a 30s poll: only the "refetch when a batch came back full / when capacity
+    # frees up" logic can keep the worker going; without it this would take minutes.
+    started = time.monotonic()
+    async with running_worker(app, concurrency=10, fetch_batch=10, poll_interval=30, listen=False) as worker:
+        await async_wait_until(lambda: worker.stats.completed == 500, timeout=15)
+    assert time.monotonic() - started < 15
+    assert worker.stats.claimed == 500
+    assert worker.stats.claims < 150, f"{worker.stats.claims} claims for 500 jobs"
+    assert job_states(conn) == {"completed": 500}
+
+
+async def test_higher_priority_runs_first(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:
+    order: list[int] = []
+
+    @app.task(name="prio")
+    def prio(p: int) -> None:
+        order.append(p)
+
+    priorities = [0, 5, -3, 10, 3, 5, -1]
+    for p in priorities:
+        prio.options(priority=p).enqueue(conn, p=p)
+    async with running_worker(app, concurrency=1) as worker:
+        await async_wait_until(lambda: worker.stats.completed == len(priorities))
+    assert order == sorted(priorities, reverse=True)
+
+
+async def test_equal_priority_runs_in_enqueue_order(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:
+    order: list[int] = []
+
+    @app.task(name="fifo")
+    def fifo(n: int) -> None:
+        order.append(n)
+
+    for n in range(8):
+        fifo.enqueue(conn, n=n)
+    async with running_worker(app, concurrency=1) as worker:
+        await async_wait_until(lambda: worker.stats.completed == 8)
+    assert order == list(range(8))
+
+
+async def test_worker_never_claims_an_unregistered_task(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:
+    @app.task(name="known")
+    def known() -> None:
+        return None
+
+    row = conn.execute("SELECT pgqueue.enqueue('not_registered_here', '{}')").fetchone()
+    assert row is not None
+    unknown_id = int(row[0])
+    known_id = known.enqueue(conn)
+    async with running_worker(app) as worker:
+        await async_wait_until(lambda: is_final(conn, known_id))
+        # Let several more claims pass over the unknown job.
+        empty = worker.stats.empty_claims
+        await async_wait_until(lambda: worker.stats.empty_claims >= empty + 3)
+    row = conn.execute(
+        "SELECT state::text, attempt, worker_id FROM pgqueue.jobs WHERE id = %s", [unknown_id]
+    ).fetchone()
+    assert row == ("available", 0, None)
+    assert worker.stats.claimed == 1
+
+
+async def test_queues_filter(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:
+    ran: list[str] = []
+
+    @app.task(name="q_task", queue="a")
+    def q_task(where: str) -> None:
+        ran.append(where)
+
+    a_id = q_task.enqueue(conn, where="a")
+    b_id = q_task.options(queue="b").enqueue(conn, where="b")
+    async with running_worker(app, queues=("a",)) as worker:
+        assert worker.queues == ("a",)
+        await async_wait_until(lambda: is_final(conn, a_id))
+        empty = worker.stats.empty_claims
+        await async_wait_until(lambda: worker.stats.empty_claims >= empty + 3)
+    assert ran == ["a"]
+    assert state_of(conn, b_id) == "available"
+
+    async with running_worker(app, queues=("b",)):
+        await async_wait_until(lambda: is_final(conn, b_id))
+    assert ran == ["a", "b"]
+
+
+async def test_default_queues_cover_every_task_queue(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:
+    ran: list[str] = []
+
+    @app.task(name="in_x", queue="x")
+    def in_x() -> None:
+        ran.append("x")
+
+    @app.task(name="in_default")
+    def in_default() -> None:
+        ran.append("default")
+
+    in_x.enqueue(conn)
+    in_default.enqueue(conn)
+    async with running_worker(app) as worker:
+        assert set(worker.queues) == {"x", "default"}
+        await async_wait_until(lambda: worker.stats.completed == 2)
+    assert sorted(ran) == ["default", "x"]
+
+
+async def test_scheduled_job_runs_only_after_run_at(app: pgqueue.App, conn: psycopg.Connection[Any], dsn: str) -> None:
+    started: list[datetime] = []
+
+    @app.task(name="later")
+    def later() -> None:
+        with psycopg.connect(dsn) as c:
+            row = c.execute("SELECT clock_timestamp()").fetchone()
+            assert row is not None
+            started.append(row[0])
+
+    job_id = later.options(delay=0.5).enqueue(conn)
+    assert state_of(conn, job_id) == "scheduled"
+    async with running_worker(app) as worker:
+        await async_wait_until(lambda: worker.stats.completed == 1, timeout=10)
+    run_at = job_row(conn, job_id)["run_at"]
+    created = conn.execute("SELECT created_at FROM pgqueue.jobs WHERE id = %s", [job_id]).fetchone()
+    assert created is not None
+    assert (run_at - created[0]).total_seconds() == pytest.approx(0.5, abs=0.05)
+    assert len(started) == 1
+    assert started[0] >= run_at, f"handler started at {started[0]}, before run_at {run_at}"
+
+
+# -- outcomes -------------------------------------------------------------------------
+
+
+async def test_retry_with_backoff_until_discarded(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:
+    attempts: list[int] = []
+
+    @app.task(name="always_fails", max_attempts=3, pass_context=True, retry=pgqueue.Backoff(base=0.05, jitter=False))
+    def always_fails(ctx: pgqueue.JobContext) -> None:
+        attempts.append(ctx.job.attempt)
+        raise RuntimeError(f"boom on attempt {ctx.job.attempt}")
+
+    job_id = always_fails.enqueue(conn)
+    async with running_worker(app) as worker:
+        await async_wait_until(lambda: is_final(conn, job_id), timeout=10)
+    row = job_row(conn, job_id)
+    assert row["state"] == "discarded"
+    assert row["attempt"] == 3
+    assert attempts == [1, 2, 3]
+    errors = row["errors"]
+    assert [e["attempt"] for e in errors] == [1, 2, 3]
+    for n, e in enumerate(errors, start=1):
+        assert set(e) == ERROR_KEYS, e
+        assert e["type"] == "builtins.RuntimeError"
+        assert e["message"] == f"boom on attempt {n}"
+        assert "RuntimeError" in e["traceback"]
+        assert "always_fails" in e["traceback"]
+        assert e["worker"] == worker.worker_id
+    assert worker.stats.retried == 2
+    assert worker.stats.discarded == 1
+
+
+async def test_failure_then_success_keeps_errors(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:
+    @app.task(name="flaky", pass_context=True, retry=pgqueue.Backoff(base=0.05, jitter=False))
+    def flaky(ctx: pgqueue.JobContext) -> None:
+        if ctx.job.attempt < 3:
+            raise OSError("transient")
+
+    job_id = flaky.enqueue(conn)
+    async with running_worker(app):
+        await async_wait_until(lambda: is_final(conn, job_id), timeout=10)
+    row = job_row(conn, job_id)
+    assert row["state"] == "completed"
+    assert row["attempt"] == 3
+    assert [(e["attempt"], e["type"]) for e in row["errors"]] == [(1, "builtins.OSError"), (2, "builtins.OSError")]
+
+
+async def test_backoff_delay_is_applied_on_the_database_clock(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:
+    @app.task(name="slow_retry", max_attempts=2, retry=pgqueue.Backoff(base=3, jitter=False))
+    def slow_retry() -> None:
+        raise RuntimeError("later please")
+
+    job_id = slow_retry.enqueue(conn)
+    async with running_worker(app):
+        await async_wait_until(lambda: state_of(conn, job_id) == "retryable")
+        row = conn.execute(
+            "SELECT extract(epoch FROM run_at - (errors->0->>'at')::timestamptz) FROM pgqueue.jobs WHERE id = %s",
+            [job_id],
+        ).fetchone()
+    assert row is not None
+    assert float(row[0]) == pytest.approx(3.0, abs=0.01)
+    assert state_of(conn, job_id) == "retryable"
+
+
+async def test_retry_signal_retries_after_delay(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:
+    starts: list[float] = []
+
+    @app.task(name="asks_retry", pass_context=True)
+    def asks_retry(ctx: pgqueue.JobContext) -> None:
+        starts.append(time.monotonic())
+        if ctx.job.attempt == 1:
+            raise pgqueue.Retry(after=0.1)
+
+    job_id = asks_retry.enqueue(conn)
+    async with running_worker(app) as worker:
+        await async_wait_until(lambda: is_final(conn, job_id), timeout=10)
+    row = job_row(conn, job_id)
+    assert row["state"] == "completed"
+    assert row["attempt"] == 2
+    assert len(starts) == 2
+    assert starts[1] - starts[0] >= 0.1
+    assert [e["type"] for e in row["errors"]] == ["pgqueue.errors.Retry"]
+    assert worker.stats.retried == 1
+    assert worker.stats.completed == 1
+
+
+async def test_retry_signal_on_last_attempt_discards(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:
+    @app.task(name="retry_forever", max_attempts=2)
+    def retry_forever() -> None:
+        raise pgqueue.Retry(after=0.01)
+
+    job_id = retry_forever.enqueue(conn)
+    async with running_worker(app):
+        await async_wait_until(lambda: is_final(conn, job_id), timeout=10)
+    row = job_row(conn, job_id)
+    assert (row["state"], row["attempt"], len(row["errors"])) == ("discarded", 2, 2)
+
+
+async def test_cancel_signal_cancels_with_reason(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:
+    @app.task(name="gives_up", max_attempts=5)
+    async def gives_up() -> None:
+        raise pgqueue.Cancel("why: the order was refunded")
+
+    job_id = gives_up.enqueue(conn)
+    async with running_worker(app) as worker:
+        await async_wait_until(lambda: is_final(conn, job_id))
+    row = job_row(conn, job_id)
+    assert row["state"] == "cancelled"
+    assert row["attempt"] == 1
+    assert row["finished_at"] is not None
+    assert [e["message"] for e in row["errors"]] == ["why: the order was refunded"]
+    assert row["errors"][0]["type"] == "pgqueue.errors.Cancel"
+    assert worker.stats.cancelled == 1
+
+
+async def test_non_retryable_error_discards_at_once(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:
+    calls = 0
+
+    @app.task(name="bad_input", max_attempts=5, non_retryable=(ValueError,))
+    def bad_input() -> None:
+        nonlocal calls
+        calls += 1
+        raise ValueError("not a number")
+
+    job_id = bad_input.enqueue(conn)
+    async with running_worker(app):
+        await async_wait_until(lambda: is_final(conn, job_id))
+    row = job_row(conn, job_id)
+    assert (row["state"], row["attempt"], row["max_attempts"]) == ("discarded", 1, 5)
+    assert calls == 1
+    assert [e["type"] for e in row["errors"]] == ["builtins.ValueError"]
+
+
+async def test_non_retryable_matches_subclasses_only(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:
+    @app.task(name="other_error", max_attempts=2, non_retryable=(ValueError,), retry=pgqueue.Backoff(base=0.01))
+    def other_error() -> None:
+        raise KeyError("missing")
+
+    job_id = other_error.enqueue(conn)
+    async with running_worker(app):
+        await async_wait_until(lambda: is_final(conn, job_id), timeout=10)
+    row = job_row(conn, job_id)
+    assert (row["state"], row["attempt"]) == ("discarded", 2)  # retried once, then out of attempts
+
+
+async def test_async_timeout_fails_the_attempt_and_retries(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:
+    cancelled = 0
+
+    @app.task(name="too_slow_async", timeout=0.2, max_attempts=2, retry=pgqueue.Backoff(base=0.01, jitter=False))
+    async def too_slow_async() -> None:
+        nonlocal cancelled
+        try:
+            await asyncio.sleep(5)
+        except asyncio.CancelledError:
+            cancelled += 1
+            raise
+
+    job_id = too_slow_async.enqueue(conn)
+    t0 = time.monotonic()
+    async with running_worker(app):
+        await async_wait_until(lambda: is_final(conn, job_id), timeout=10)
+    assert time.monotonic() - t0 < 4
+    row = job_row(conn, job_id)
+    assert (row["state"], row["attempt"]) == ("discarded", 2)
+    assert [e["type"] for e in row["errors"]] == ["builtins.TimeoutError", "builtins.TimeoutError"]
+    assert "timeout" in row["errors"][0]["message"]
+    assert cancelled == 2  # the handler was actually interrupted, twice
+
+
+async def test_sync_timeout_fails_the_attempt_and_retries(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:
+    @app.task(name="too_slow_sync", timeout=0.2, max_attempts=3, retry=pgqueue.Backoff(base=0.01, jitter=False))
+    def too_slow_sync() -> None:
+        time.sleep(0.6)
+
+    job_id = too_slow_sync.options(max_attempts=2).enqueue(conn)
+    async with running_worker(app):
+        await async_wait_until(lambda: is_final(conn, job_id), timeout=10)
+    row = job_row(conn, job_id)
+    assert (row["state"], row["attempt"], row["max_attempts"]) == ("discarded", 2, 2)
+    assert [e["type"] for e in row["errors"]] == ["builtins.TimeoutError", "builtins.TimeoutError"]
+
+
+async def test_sync_timeout_then_success(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:
+    @app.task(name="slow_then_fast", timeout=0.2, pass_context=True, retry=pgqueue.Backoff(base=0.01, jitter=False))
+    def slow_then_fast(ctx: pgqueue.JobContext) -> None:
+        if ctx.job.attempt == 1:
+            time.sleep(0.5)
+
+    job_id = slow_then_fast.enqueue(conn)
+    async with running_worker(app):
+        await async_wait_until(lambda: is_final(conn, job_id), timeout=10)
+    row = job_row(conn, job_id)
+    assert (row["state"], row["attempt"]) == ("completed", 2)
+    assert [e["type"] for e in row["errors"]] == ["builtins.TimeoutError"]
+
+
+async def test_attempt_is_counted_at_claim(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:
+    started = asyncio.Event()
+    gate = asyncio.Event()
+
+    @app.task(name="blocked", max_attempts=4)
+    async def blocked() -> None:
+        started.set()
+        await gate.wait()
+
+    job_id = blocked.enqueue(conn)
+    before = job_row(conn, job_id)
+    assert (before["state"], before["attempt"], before["max_attempts"]) == ("available", 0, None)
+    async with running_worker(app, lease=30, heartbeat_interval=10) as worker:
+        await asyncio.wait_for(started.wait(), 10)
+        row = conn.execute(
+            "SELECT state::text, attempt, max_attempts, worker_id, lease_token IS NOT NULL,"
+            " extract(epoch FROM lease_expires_at - now()) FROM pgqueue.jobs WHERE id = %s",
+            [job_id],
+        ).fetchone()
+        gate.set()
+        await async_wait_until(lambda: is_final(conn, job_id))
+    assert row is not None
+    state, attempt, max_attempts, worker_id, has_token, lease_left = row
+    assert (state, attempt, max_attempts, worker_id, has_token) == ("running", 1, 4, worker.worker_id, True)
+    assert 25 < float(lease_left) <= 30
+    assert job_row(conn, job_id)["attempt"] == 1
+
+
+async def test_max_attempts_from_sql_enqueue_uses_task_setting(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:
+    @app.task(name="from_sql", max_attempts=7)
+    def from_sql(n: int) -> None:
+        return None
+
+    row = conn.execute("SELECT pgqueue.enqueue('from_sql', '{\"n\": 1}')").fetchone()
+    assert row is not None
+    row2 = conn.execute("SELECT pgqueue.enqueue('from_sql', '{\"n\": 2}', max_attempts => 2)").fetchone()
+    assert row2 is not None
+    async with running_worker(app) as worker:
+        await async_wait_until(lambda: worker.stats.completed == 2)
+    assert job_row(conn, int(row[0]))["max_attempts"] == 7
+    assert job_row(conn, int(row2[0]))["max_attempts"] == 2
+
+
+async def test_bad_arguments_fail_the_attempt(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:
+    @app.task(name="takes_x", max_attempts=1)
+    def takes_x(x: int) -> None:
+        return None
+
+    row = conn.execute("SELECT pgqueue.enqueue('takes_x', '{\"y\": 1}')").fetchone()
+    assert row is not None
+    job_id = int(row[0])
+    async with running_worker(app):
+        await async_wait_until(lambda: is_final(conn, job_id))
+    job = job_row(conn, job_id)
+    assert job["state"] == "discarded"
+    assert job["errors"][0]["type"] == "builtins.TypeError"
+
+
+# -- logging --------------------------------------------------------------------------
+
+
+def _job_lines(caplog: pytest.LogCaptureFixture, job_id: int) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == "pgqueue.worker" and r.getMessage().startswith(f"job {job_id} ")]
+
+
+async def test_one_info_line_per_outcome_without_args(
+    app: pgqueue.App, conn: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="pgqueue")
+    secret = "hunter2-" + uuid.uuid4().hex
+
+    @app.task(name="login", pass_context=True, retry=pgqueue.Backoff(base=0.01, jitter=False))
+    def login(ctx: pgqueue.JobContext, password: str) -> None:
+        if ctx.job.attempt == 1:
+            raise RuntimeError("first try fails")
+
+    job_id = login.enqueue(conn, password=secret)
+    async with running_worker(app):
+        await async_wait_until(lambda: is_final(conn, job_id), timeout=10)
+    lines = _job_lines(caplog, job_id)
+    assert [r.levelno for r in lines] == [logging.INFO, logging.INFO], [r.getMessage() for r in lines]
+    assert "retryable" in lines[0].getMessage()
+    assert "RuntimeError" in lines[0].getMessage()
+    assert "completed" in lines[1].getMessage()
+    assert "login" in lines[1].getMessage()
+    assert secret not in caplog.text
+    for record in caplog.records:
+        assert secret not in record.getMessage()
+        assert secret not in repr(record.args)
+
+
+async def test_log_args_opt_in(
+    app: pgqueue.App, conn: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="pgqueue")
+    value = "visible-" + uuid.uuid4().hex
+
+    @app.task(name="chatty", log_args=True)
+    def chatty(v: str) -> None:
+        return None
+
+    job_id = chatty.enqueue(conn, v=value)
+    async with running_worker(app):
+        await async_wait_until(lambda: is_final(conn, job_id))
+    lines = _job_lines(caplog, job_id)
+    assert len(lines) == 1
+    assert value in lines[0].getMessage()
+
+
+# -- shutdown -------------------------------------------------------------------------
+
+
+async def test_stop_lets_in_flight_job_finish(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:
+    started = asyncio.Event()
+    finished: list[bool] = []
+
+    @app.task(name="short")
+    async def short() -> None:
+        started.set()
+        await asyncio.sleep(0.3)
+        finished.append(True)
+
+    job_id = short.enqueue(conn)
+    async with running_worker(app, shutdown_timeout=5) as worker:
+        await asyncio.wait_for(started.wait(), 10)
+        t0 = time.monotonic()
+    # running_worker's exit called stop() and waited for run() to return.
+    assert time.monotonic() - t0 < 3
+    assert finished == [True]
+    assert state_of(conn, job_id) == "completed"
+    assert worker.stats.completed == 1
+    assert worker.stats.released == 0
+
+
+async def test_stop_releases_jobs_past_shutdown_timeout(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:
+    started = asyncio.Event()
+    cancelled: list[bool] = []
+
+    @app.task(name="long", max_attempts=3)
+    async def long() -> None:
+        started.set()
+        try:
+            await asyncio.sleep(5)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    job_id = long.enqueue(conn)
+    async with running_worker(app, shutdown_timeout=0.2) as worker:
+        await asyncio.wait_for(started.wait(), 10)
+        assert job_row(conn, job_id)["attempt"] == 1
+        t0 = time.monotonic()
+    assert time.monotonic() - t0 < 3, "shutdown waited for the job instead of releasing it"
+    assert cancelled == [True]
+    row = conn.execute(
+        "SELECT state::text, attempt, lease_token, lease_expires_at, worker_id, errors FROM pgqueue.jobs WHERE id = %s",
+        [job_id],
+    ).fetchone()
+    assert row == ("available", 0, None, None, None, [])
+    assert worker.stats.released == 1
+    assert worker.stats.completed == 0
+    assert worker.stats.retried == 0
+
+
+async def test_stop_claims_nothing_new(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:
+    started = asyncio.Event()
+
+    @app.task(name="finishing")
+    async def finishing(n: int) -> None:
+        started.set()
+        await asyncio.sleep(0.5 if n == 1 else 0)
+
+    first = finishing.enqueue(conn, n=1)
+    # Polling off (30s): after the listener's catch-up claim the fetcher is idle, so the only
+    # thing that could claim job 2 is the NOTIFY of its enqueue, which arrives after stop().
+    # (A claim already in flight when stop() is called may still start what it returns.)
+    worker = app.worker(poll_interval=30, maintenance_interval=0.2, shutdown_timeout=5)
+    run = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(started.wait(), 10)
+        assert worker.listener is not None
+        await asyncio.wait_for(worker.listener.connected.wait(), 10)
+        await async_wait_until(lambda: worker.stats.claims >= 2)  # the start claim and the catch-up one
+        worker.stop()
+        second = finishing.enqueue(conn, n=2)  # commits and notifies while the worker drains
+        await asyncio.wait_for(run, 10)
+    finally:
+        worker.stop()
+        if not run.done():
+            await asyncio.wait_for(run, 10)
+    assert state_of(conn, first) == "completed"
+    assert job_row(conn, second)["state"] == "available"
+    assert job_row(conn, second)["attempt"] == 0
+    assert worker.stats.claimed == 1
+
+
+async def test_worker_refuses_unmigrated_database(empty_dsn: str) -> None:
+    app = pgqueue.App(dsn=empty_dsn)
+
+    @app.task(name="anything")
+    def anything() -> None:
+        return None
+
+    worker = app.worker()
+    with pytest.raises(pgqueue.SchemaNotInstalledError, match="pgqueue migrate"):
+        await asyncio.wait_for(worker.run(), 30)
+
+
+async def test_worker_reports_unreachable_database() -> None:
+    app = pgqueue.App(dsn="postgresql://postgres@127.0.0.1:1/nothing?connect_timeout=3")
+    worker = app.worker()
+    with pytest.raises(pgqueue.DatabaseUnavailableError):
+        await asyncio.wait_for(worker.run(), 30)
+
+
+async def test_priority_order_across_queues(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:
+    order: list[tuple[str, int]] = []
+
+    @app.task(name="multi", pass_context=True)
+    def multi(ctx: pgqueue.JobContext) -> None:
+        order.append((ctx.job.queue, ctx.job.priority))
+
+    for queue, priority in [("q1", 1), ("q2", 9), ("q1", 5), ("q2", -2), ("q1", 9)]:
+        multi.options(queue=queue, priority=priority).enqueue(conn)
+    async with running_worker(app, queues=("q1", "q2"), concurrency=1) as worker:
+        await async_wait_until(lambda: worker.stats.completed == 5)
+    # The multi-queue claim merges per-queue scans: global priority order, ties by run_at/id.
+    assert order == [("q2", 9), ("q1", 9), ("q1", 5), ("q1", 1), ("q2", -2)]
+
+
+async def test_stop_from_another_thread(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:
+    @app.task(name="tiny")
+    def tiny() -> None:
+        return None
+
+    job_id = tiny.enqueue(conn)
+    worker = app.worker(poll_interval=0.2, maintenance_interval=0.2)
+    run = asyncio.create_task(worker.run())
+    try:
+        await async_wait_until(lambda: is_final(conn, job_id))
+        stopper = threading.Thread(target=worker.stop)
+        stopper.start()
+        stopper.join()
+        await asyncio.wait_for(run, 10)
+    finally:
+        worker.stop()
+        if not run.done():
+            await asyncio.wait_for(run, 10)
+    assert worker.stats.completed == 1
+
+
+async def test_stop_before_run_claims_nothing(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:
+    @app.task(name="never")
+    def never() -> None:
+        return None
+
+    job_id = never.enqueue(conn)
+    worker = app.worker(poll_interval=0.2)
+    worker.stop()
+    await asyncio.wait_for(worker.run(), 10)
+    assert worker.stats.claims == 0
+    assert state_of(conn, job_id) == "available"
+
+
+async def test_stop_releases_a_sync_job_past_shutdown_timeout(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:
+    started = threading.Event()
+    gate = threading.Event()
+
+    @app.task(name="long_sync")
+    def long_sync() -> None:
+        started.set()
+        gate.wait(10)
+
+    job_id = long_sync.enqueue(conn)
+    try:
+        async with running_worker(app, shutdown_timeout=0.2) as worker:
+            await asyncio.to_thread(started.wait, 10)
+            t0 = time.monotonic()
+        assert time.monotonic() - t0 < 3
+    finally:
+        gate.set()  # let the abandoned thread end
+    row = job_row(conn, job_id)
+    assert (row["state"], row["attempt"], row["lease_token"]) == ("available", 0, None)
+    assert worker.stats.released == 1
+
+
+# -- handlers that raise BaseException ------------------------------------------------------
+# A handler may raise something that is not an Exception: CancelledError from an inner task
+# it awaited, or a library's BaseException subclass. The attempt must still end (fail and be
+# retried), its slot must be freed, and its lease must not be extended forever.
+
+
+class _Abort(BaseException):
+    """Not an Exception: like gevent's GreenletExit or a framework's control-flow signal."""
+
+
+async def test_handler_raising_cancelled_error_itself_fails_the_attempt(
+    app: pgqueue.App, conn: psycopg.Connection[Any]
+) -> None:
+    @app.task(name="inner_cancel", pass_context=True, retry=pgqueue.Backoff(base=0.01, jitter=False))
+    async def inner_cancel(ctx: pgqueue.JobContext) -> None:
+        if ctx.job.attempt == 1:
+            inner = asyncio.get_running_loop().create_future()
+            inner.cancel()
+            await inner  # raises CancelledError, though nobody cancelled the job
+
+    job_id = inner_cancel.enqueue(conn)
+    async with running_worker(app, lease=1, heartbeat_interval=0.3, concurrency=1) as worker:
+        await async_wait_until(lambda: is_final(conn, job_id), timeout=6)
+        assert worker.in_flight == 0
+    row = job_row(conn, job_id)
+    assert (row["state"], row["attempt"]) == ("completed", 2)
+    assert len(row["errors"]) == 1
+
+
+async def test_handler_raising_base_exception_fails_the_attempt(
+    app: pgqueue.App, conn: psycopg.Connection[Any]
+) -> None:
+    @app.task(name="base_exc", pass_context=True, retry=pgqueue.Backoff(base=0.01, jitter=False))
+    def base_exc(ctx: pgqueue.JobContext) -> None:
+        if ctx.job.attempt == 1:
+            raise _Abort("not an Exception")
+
+    job_id = base_exc.enqueue(conn)
+    async with running_worker(app, lease=1, heartbeat_interval=0.3, concurrency=1) as worker:
+        await async_wait_until(lambda: is_final(conn, job_id), timeout=6)
+        assert worker.in_flight == 0
+    row = job_row(conn, job_id)
+    assert (row["state"], row["attempt"]) == ("completed", 2)
+    assert [e["type"] for e in row["errors"]] == [f"{__name__}._Abort"]
