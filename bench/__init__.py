@@ -1,0 +1,1 @@
+"""pgqueue's benchmark suite: ``python -m bench --help``."""

@@ -1,0 +1,166 @@
+"""The systems a workload compares, each behind the same small interface.
+
+A contender knows how to create its tables, empty them, preload N no-op jobs, enqueue one
+job inside a caller's transaction, count unfinished jobs, and which worker process to
+start (``python -m bench.workers.<name>``). Workers run no-op handlers; with ``--report``
+each handler prints ``<key> <wall clock>`` when it starts, which the latency workloads read.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+Conn = psycopg.Connection[Any]
+
+
+@dataclass(frozen=True)
+class Contender:
+    name: str
+    worker_module: str
+    setup: Callable[[str], None]
+    reset: Callable[[Conn], None]
+    preload: Callable[[Conn, int], None]
+    enqueue_one: Callable[[Conn, str, float], None]  # (conn, key, sent_at) inside caller's tx
+    remaining_sql: str
+    worker_args: tuple[str, ...] = ()
+    needs: tuple[str, ...] = field(default=())  # importable modules it requires
+
+    def missing(self) -> str | None:
+        for module in self.needs:
+            if importlib.util.find_spec(module) is None:
+                return f"{module} not installed (pip install -e '.[bench]')"
+        return None
+
+
+# -- pgqueue -----------------------------------------------------------------------------
+
+
+def _pgqueue_app(dsn: str | None = None) -> Any:
+    from bench.workers.pgqueue_worker import build_app
+
+    return build_app(dsn or "postgresql://unused")
+
+
+def _pgqueue_setup(dsn: str) -> None:
+    from pgqueue.migrate import migrate
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        migrate(conn, "pgqueue")
+
+
+def _pgqueue_reset(conn: Conn) -> None:
+    conn.execute("TRUNCATE pgqueue.jobs")
+    conn.execute("VACUUM ANALYZE pgqueue.jobs_live")
+
+
+def _pgqueue_preload(conn: Conn, n: int) -> None:
+    app = _pgqueue_app()
+    noop = app.tasks["bench.noop"]
+    with conn.transaction():
+        app.enqueue_many(conn, (noop.job() for _ in range(n)))
+
+
+_PGQ_APP: Any = None
+
+
+def _pgqueue_enqueue_one(conn: Conn, key: str, sent_at: float) -> None:
+    global _PGQ_APP
+    if _PGQ_APP is None:
+        _PGQ_APP = _pgqueue_app()
+    _PGQ_APP.tasks["bench.noop"].enqueue(conn, k=key, t=sent_at)
+
+
+PGQUEUE = Contender(
+    name="pgqueue",
+    worker_module="bench.workers.pgqueue_worker",
+    setup=_pgqueue_setup,
+    reset=_pgqueue_reset,
+    preload=_pgqueue_preload,
+    enqueue_one=_pgqueue_enqueue_one,
+    remaining_sql="SELECT count(*) FROM pgqueue.jobs_live",
+)
+
+
+# -- raw SQL ceiling ---------------------------------------------------------------------
+# The same claim/complete a queue must do, with nothing else: a table, a partial index,
+# FOR UPDATE SKIP LOCKED, and a DELETE to complete. No leases, retries or bookkeeping.
+
+RAW_DDL = """
+CREATE SCHEMA IF NOT EXISTS bench_raw;
+CREATE TABLE IF NOT EXISTS bench_raw.jobs (
+    id bigserial PRIMARY KEY,
+    queue text NOT NULL DEFAULT 'default',
+    args jsonb NOT NULL DEFAULT '{}',
+    state smallint NOT NULL DEFAULT 0,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS jobs_fetch ON bench_raw.jobs (queue, id) WHERE state = 0;
+"""
+
+
+def _raw_setup(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(RAW_DDL)
+
+
+def _raw_reset(conn: Conn) -> None:
+    conn.execute("TRUNCATE bench_raw.jobs")
+    conn.execute("VACUUM ANALYZE bench_raw.jobs")
+
+
+def _raw_preload(conn: Conn, n: int) -> None:
+    with conn.transaction(), conn.cursor() as cur, cur.copy("COPY bench_raw.jobs (args) FROM STDIN") as copy:
+        for _ in range(n):
+            copy.write_row(("{}",))
+    conn.execute("NOTIFY bench_raw")
+
+
+def _raw_enqueue_one(conn: Conn, key: str, sent_at: float) -> None:
+    # One round trip: the insert and its wake-up.
+    conn.execute(
+        "WITH ins AS (INSERT INTO bench_raw.jobs (args) VALUES (%s::jsonb) RETURNING id)"
+        " SELECT pg_notify('bench_raw', '') FROM ins",
+        [json.dumps({"k": key, "t": sent_at})],
+    )
+
+
+def _raw(batch: int) -> Contender:
+    return Contender(
+        name=f"raw-sql-b{batch}",
+        worker_module="bench.workers.raw_worker",
+        setup=_raw_setup,
+        reset=_raw_reset,
+        preload=_raw_preload,
+        enqueue_one=_raw_enqueue_one,
+        remaining_sql="SELECT count(*) FROM bench_raw.jobs",
+        worker_args=("--batch", str(batch)),
+    )
+
+
+RAW_1 = _raw(1)
+RAW_100 = _raw(100)
+
+CONTENDERS: dict[str, Contender] = {c.name: c for c in (PGQUEUE, RAW_1, RAW_100)}
+
+
+def register(contender: Contender) -> None:
+    CONTENDERS[contender.name] = contender
+
+
+def get(names: list[str] | None) -> list[Contender]:
+    """The contenders asked for (all known ones by default), skipping missing peers."""
+    _load_peers()
+    chosen = [CONTENDERS[n] for n in names] if names else list(CONTENDERS.values())
+    return chosen
+
+
+def _load_peers() -> None:
+    # Peers register themselves when their module imports (bench/peers.py), if present.
+    if importlib.util.find_spec("bench.peers") is not None:
+        importlib.import_module("bench.peers")

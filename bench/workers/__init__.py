@@ -1,0 +1,1 @@
+"""Worker processes the benchmarks start: ``python -m bench.workers.<name> --dsn ...``."""

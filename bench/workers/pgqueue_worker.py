@@ -1,0 +1,56 @@
+"""A pgqueue worker with one no-op task, ``bench.noop``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from typing import Any
+
+import pgqueue
+from bench.workers._common import parse, ready, report
+
+REPORT = False
+
+
+def build_app(dsn: str) -> pgqueue.App:
+    app = pgqueue.App(dsn=dsn)
+
+    @app.task(name="bench.noop")
+    async def noop(k: str | None = None, t: float | None = None) -> None:
+        if REPORT:
+            report(k)
+
+    return app
+
+
+def main() -> None:
+    global REPORT
+    args = parse([("--fetch-batch", int, 100)])
+    REPORT = args.report
+    logging.basicConfig(level=logging.WARNING)
+    app = build_app(args.dsn)
+    worker = app.worker(
+        concurrency=args.concurrency,
+        fetch_batch=args.fetch_batch,
+        queues=tuple(args.queues.split(",")),
+        listen=not args.no_listen,
+        poll_interval=args.poll_interval,
+    )
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, worker.stop)
+        task = asyncio.create_task(worker.run())
+        await worker.started.wait()
+        ready()
+        await task
+        stats: Any = worker.stats
+        print(f"STATS claims={stats.claims} empty_claims={stats.empty_claims} completed={stats.completed}", flush=True)
+
+    asyncio.run(run())
+
+
+if __name__ == "__main__":
+    main()
