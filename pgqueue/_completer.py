@@ -1,9 +1,15 @@
-"""Buffers attempt outcomes and writes them in batches, by size or by time.
+"""Buffers attempt outcomes and writes them in batches.
 
-A batch is flushed when it reaches ``batch_size`` outcomes or ``interval`` seconds after
-its first outcome arrived, whichever comes first. Writes are fenced by lease token, so a
-batch can be retried after a connection error without harm; outcomes stay buffered (and
-their leases keep being extended) until the database has acknowledged them.
+Two ways out, whichever comes first:
+
+* **piggyback**: when the fetcher claims, it takes the buffered outcomes and sends them in
+  the same pipeline (one round trip, one commit) as the claim;
+* **timer**: otherwise a batch is written ``interval`` seconds after its first outcome
+  arrived, or at once when it reaches ``batch_size``.
+
+Writes are fenced by lease token, so a batch can be retried after a connection error
+without harm; outcomes stay buffered (and their leases keep being extended) until the
+database has acknowledged them.
 """
 
 from __future__ import annotations
@@ -11,9 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import psycopg
 import psycopg.errors
@@ -22,9 +26,11 @@ import psycopg_pool
 from ._jobs_db import JobsDB, Outcome
 from .models import Job
 
-__all__ = ["Completer"]
+__all__ = ["Batch", "Completer"]
 
 log = logging.getLogger("pgqueue.completer")
+
+Batch = list[tuple[Job, Outcome]]
 
 
 class Completer:
@@ -44,26 +50,36 @@ class Completer:
         self.interval = interval
         self.on_written = on_written
         self.repair_partitions = repair_partitions
-        self._pending: list[tuple[Job, Outcome]] = []
+        self._pending: Batch = []
         self._arrived = asyncio.Event()
         self._full = asyncio.Event()
-        self._idle = asyncio.Event()
-        self._idle.set()
         self._lock = asyncio.Lock()
 
     def submit(self, job: Job, outcome: Outcome) -> None:
         self._pending.append((job, outcome))
-        self._idle.clear()
         self._arrived.set()
         if len(self._pending) >= self.batch_size:
             self._full.set()
 
-    def pending(self) -> list[tuple[int, uuid.UUID]]:
-        return [(job.id, job.lease_token) for job, _ in self._pending]
+    def __len__(self) -> int:
+        return len(self._pending)
 
-    async def drained(self) -> None:
-        """Wait until every submitted outcome has been written."""
-        await self._idle.wait()
+    def take(self) -> Batch:
+        """Hand up to ``batch_size`` buffered outcomes to a caller that will write them and
+        then call :meth:`acknowledge` (or :meth:`give_back` on failure)."""
+        if self._lock.locked() or not self._pending:
+            return []
+        batch = self._pending[: self.batch_size]
+        del self._pending[: len(batch)]
+        return batch
+
+    def give_back(self, batch: Batch) -> None:
+        self._pending[:0] = batch
+        self._arrived.set()
+
+    def acknowledge(self, batch: Batch, written: set[int]) -> None:
+        for job, outcome in batch:
+            self.on_written(job, outcome, job.id in written)
 
     async def run(self) -> None:
         while True:
@@ -74,33 +90,26 @@ class Completer:
             await self.flush()
 
     async def flush(self) -> None:
+        """Write everything buffered now, retrying connection errors with backoff."""
         async with self._lock:
-            await self._flush()
-
-    async def _flush(self) -> None:
-        backoff = 0.05
-        while self._pending:
-            batch = self._pending[: self.batch_size]
-            try:
-                async with self.pool.connection() as conn:
-                    written = await self._write(conn, batch)
-            except psycopg.errors.CheckViolation as exc:
-                if "no partition" not in str(exc):
-                    raise
-                log.warning("finished-job partition missing (%s); creating it", exc)
-                await self.repair_partitions()
-                continue
-            except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
-                log.warning("could not record %d job outcomes (%s); retrying in %.2fs", len(batch), exc, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
-                continue
-            del self._pending[: len(batch)]
-            for job, outcome in batch:
-                self.on_written(job, outcome, job.id in written)
-        self._arrived.clear()
-        self._full.clear()
-        self._idle.set()
-
-    async def _write(self, conn: psycopg.AsyncConnection[Any], batch: list[tuple[Job, Outcome]]) -> set[int]:
-        return await self.db.record_outcomes(conn, [(job.id, job.lease_token, outcome) for job, outcome in batch])
+            backoff = 0.05
+            while self._pending:
+                batch = self._pending[: self.batch_size]
+                try:
+                    async with self.pool.connection() as conn:
+                        written = await self.db.record_outcomes(conn, [(j.id, j.lease_token, o) for j, o in batch])
+                except psycopg.errors.CheckViolation as exc:
+                    if "no partition" not in str(exc):
+                        raise
+                    log.warning("finished-job partition missing (%s); creating it", exc)
+                    await self.repair_partitions()
+                    continue
+                except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+                    log.warning("could not record %d job outcomes (%s); retrying in %.2fs", len(batch), exc, backoff)
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 5.0)
+                    continue
+                del self._pending[: len(batch)]
+                self.acknowledge(batch, written)
+            self._arrived.clear()
+            self._full.clear()

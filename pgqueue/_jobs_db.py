@@ -64,7 +64,13 @@ class JobsDB:
         limit: int,
         lease: float,
         worker_id: str,
-    ) -> list[Job]:
+        outcomes: Sequence[tuple[int, uuid.UUID, Outcome]] = (),
+    ) -> tuple[list[Job], set[int]]:
+        """Claim up to ``limit`` jobs; returns them with the ids of ``outcomes`` written.
+
+        Buffered ``outcomes`` ride along in the same pipeline: one round trip and one
+        commit for both (a failure of either rolls back both, and both are retried).
+        """
         params: dict[str, Any] = {
             "tasks": list(task_limits),
             "task_max_attempts": list(task_limits.values()),
@@ -78,8 +84,18 @@ class JobsDB:
         else:
             query = self.q["job_claim_many_queues"]
             params["queues"] = list(queues)
-        cur = await conn.execute(query, params)
-        return [Job(*row) for row in await cur.fetchall()]
+        if not outcomes:
+            cur = await conn.execute(query, params)
+            return [Job(*row) for row in await cur.fetchall()], set()
+        async with conn.pipeline() as pipeline:
+            written_cur = conn.cursor()
+            claim_cur = conn.cursor()
+            await written_cur.execute(self.q["job_record_outcomes"], outcome_params(outcomes))
+            await claim_cur.execute(query, params)
+            await pipeline.sync()
+            written = {row[0] for row in await written_cur.fetchall()}
+            jobs = [Job(*row) for row in await claim_cur.fetchall()]
+        return jobs, written
 
     async def record_outcomes(self, conn: AConn, items: Sequence[tuple[int, uuid.UUID, Outcome]]) -> set[int]:
         """Write outcomes; returns the ids whose lease was still valid (the rest are fenced)."""

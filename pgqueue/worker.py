@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+import psycopg.errors
 import psycopg_pool
 
 from ._completer import Completer
@@ -244,20 +245,29 @@ class Worker:
                 self._backlog = True
             elif task_limits:
                 limit = min(free, cfg.fetch_batch)
+                batch: list[tuple[Job, Outcome]] = []
                 try:
                     async with self._pool.connection() as conn:
                         if self._stopping.is_set():
                             break  # stop() came while we waited for a connection
-                        jobs = await self.db.claim(
+                        batch = self._completer.take()
+                        jobs, written = await self.db.claim(
                             conn,
                             queues=self.queues,
                             task_limits=task_limits,
                             limit=limit,
                             lease=cfg.lease,
                             worker_id=self.worker_id,
+                            outcomes=[(j.id, j.lease_token, o) for j, o in batch],
                         )
                     error_backoff = 0.05
-                except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+                    if batch:
+                        self._completer.acknowledge(batch, written)
+                except (psycopg.OperationalError, psycopg_pool.PoolTimeout, psycopg.errors.CheckViolation) as exc:
+                    if batch:
+                        self._completer.give_back(batch)  # the completer retries (and repairs partitions)
+                    if isinstance(exc, psycopg.errors.CheckViolation) and "no partition" not in str(exc):
+                        raise
                     log.warning("claim failed (%s); retrying in %.2fs", exc, error_backoff)
                     await self._sleep_unless_stopping(error_backoff)
                     error_backoff = min(error_backoff * 2, 5.0)
@@ -486,6 +496,6 @@ class Worker:
         except TimeoutError:
             log.error(
                 "could not write %d job outcomes before exiting; the rescuer will retry them",
-                len(self._completer.pending()),
+                len(self._completer),
             )
         log.info("worker %s stopped", self.worker_id)
