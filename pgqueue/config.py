@@ -43,8 +43,12 @@ class WorkerConfig:
     lease: float = 30.0
     #: How often held leases are extended; must be well under ``lease``.
     heartbeat_interval: float = 10.0
-    #: Safety-net polling when no notification arrives (LISTEN is the fast path).
+    #: Polling when LISTEN is off or its connection is down: the pickup latency bound then.
     poll_interval: float = 1.0
+    #: Safety-net polling while the LISTEN connection is healthy. Every path that makes a
+    #: job available notifies, so this only guards against the unforeseen (e.g. rows edited
+    #: by hand); keeping it long keeps an idle worker near one query per second.
+    poll_interval_listening: float = 5.0
     #: On stop: how long in-flight jobs may run before they are released to ``available``.
     shutdown_timeout: float = 30.0
     #: Use LISTEN/NOTIFY for instant wake-up. Off means polling only.
@@ -82,6 +86,7 @@ class WorkerConfig:
             "lease": self.lease,
             "heartbeat_interval": self.heartbeat_interval,
             "poll_interval": self.poll_interval,
+            "poll_interval_listening": self.poll_interval_listening,
             "fetch_batch": self.fetch_batch,
             "completion_batch": self.completion_batch,
             "maintenance_interval": self.maintenance_interval,

@@ -285,7 +285,13 @@ class Worker:
                 if self._backlog and self._free_capacity() > 0:
                     continue  # more is waiting and we have room: claim again now
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), cfg.poll_interval)
+                await asyncio.wait_for(self._wake.wait(), self._poll_timeout())
+
+    def _poll_timeout(self) -> float:
+        cfg = self.config
+        if self.listener is not None and self.listener.connected.is_set():
+            return max(cfg.poll_interval, cfg.poll_interval_listening)
+        return cfg.poll_interval
 
     async def _release_unstarted(self, jobs: list[Job]) -> None:
         try:
