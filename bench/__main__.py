@@ -13,14 +13,19 @@ import typer
 
 from bench import _contenders, _db, _env, _runner
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-                  help="pgqueue benchmarks: throughput, latency and contention on your own PostgreSQL.")
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    help="pgqueue benchmarks: throughput, latency and contention on your own PostgreSQL.",
+)
 
 DsnOpt = Annotated[str | None, typer.Option(help="Database (default: pgqueue_bench on 127.0.0.1, else embedded).")]
 ContOpt = Annotated[str | None, typer.Option(help="Comma-separated contenders (default: all available).")]
 RepeatOpt = Annotated[int, typer.Option(min=1, help="Interleaved repetitions; medians are reported.")]
 JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write the result (with environment) here.")]
 PlotOpt = Annotated[Path | None, typer.Option("--plot", help="Write a PNG chart here (needs matplotlib).")]
+QuickOpt = Annotated[bool, typer.Option("--quick", help="Smoke test: tiny sizes, seconds-long, one repetition.")]
 
 
 def _setup(dsn: str | None, contenders: str | None) -> tuple[str, list[_contenders.Contender]]:
@@ -35,10 +40,20 @@ def _setup(dsn: str | None, contenders: str | None) -> tuple[str, list[_contende
     return resolved, chosen
 
 
-def _finish(title: str, result: dict[str, Any], dsn: str, json_path: Path | None, plot: Path | None) -> None:
+def _finish(
+    title: str,
+    result: dict[str, Any],
+    dsn: str,
+    json_path: Path | None,
+    plot: Path | None,
+    columns: tuple[str, ...] | None = None,
+) -> None:
     result["environment"] = _env.describe(dsn)
+    for warning in result.get("warnings", []):
+        _runner.console.print(f"[yellow]{warning}[/]")
     if "medians" in result:
-        _runner.print_table(title, result["medians"], result.get("ratios", {}))
+        med = _columns(result["medians"], columns) if columns else result["medians"]
+        _runner.print_table(title, med, result.get("ratios", {}))
     _runner.write_json(json_path, result)
     if plot is not None:
         from bench import _plot
@@ -49,15 +64,21 @@ def _finish(title: str, result: dict[str, Any], dsn: str, json_path: Path | None
 
 @app.command()
 def drain(
-    dsn: DsnOpt = None, contenders: ContOpt = None, repeat: RepeatOpt = 3,
+    dsn: DsnOpt = None,
+    contenders: ContOpt = None,
+    repeat: RepeatOpt = 3,
     jobs: Annotated[int, typer.Option(help="Jobs to pre-load.")] = 50_000,
     processes: Annotated[int, typer.Option(help="Worker processes.")] = 1,
     concurrency: Annotated[int, typer.Option(help="Concurrency per process.")] = 100,
-    json_path: JsonOpt = None, plot: PlotOpt = None,
+    json_path: JsonOpt = None,
+    plot: PlotOpt = None,
+    quick: QuickOpt = False,
 ) -> None:
     """N no-op jobs, W processes x C concurrency: jobs/s to empty the queue."""
     from bench.workloads import drain as w
 
+    if quick:
+        jobs, repeat = 2_000, 1
     resolved, chosen = _setup(dsn, contenders)
     result = w.run(resolved, chosen, jobs=jobs, processes=processes, concurrency=concurrency, repeat=repeat)
     _finish(f"drain: {jobs:,} no-op jobs, {processes} process(es) x {concurrency}", result, resolved, json_path, plot)
@@ -65,23 +86,283 @@ def drain(
 
 @app.command()
 def enqueue(
-    dsn: DsnOpt = None, contenders: ContOpt = "pgqueue", repeat: RepeatOpt = 3,
+    dsn: DsnOpt = None,
+    contenders: ContOpt = "pgqueue",
+    repeat: RepeatOpt = 3,
     producers: Annotated[str, typer.Option(help="Producer counts to measure.")] = "1,8",
     duration: Annotated[float, typer.Option(help="Seconds per measurement.")] = 5.0,
     bulk_jobs: Annotated[int, typer.Option(help="Jobs for the enqueue_many (COPY) figure.")] = 200_000,
-    json_path: JsonOpt = None, plot: PlotOpt = None,
+    json_path: JsonOpt = None,
+    plot: PlotOpt = None,
+    quick: QuickOpt = False,
 ) -> None:
     """Single enqueues (1 and 8 producers) against a plain INSERT; bulk enqueue_many."""
     from bench.workloads import enqueue as w
 
+    if quick:
+        producers, duration, bulk_jobs, repeat = "1", 0.5, 2_000, 1
     resolved, chosen = _setup(dsn, contenders)
-    result = w.run(resolved, chosen, producer_counts=[int(p) for p in producers.split(",")],
-                   duration=duration, bulk_jobs=bulk_jobs, repeat=repeat)
+    result = w.run(
+        resolved,
+        chosen,
+        producer_counts=[int(p) for p in producers.split(",")],
+        duration=duration,
+        bulk_jobs=bulk_jobs,
+        repeat=repeat,
+    )
     for label, part in result["results"].items():
         if "medians" in part:
             _runner.print_table(f"enqueue, {label}", part["medians"], part["ratios"])
     _runner.console.print(f"enqueue_many: {result['results']['enqueue_many']['median jobs/s']:,.0f} jobs/s")
     _finish("enqueue", result, resolved, json_path, plot)
+
+
+@app.command()
+def latency(
+    dsn: DsnOpt = None,
+    contenders: ContOpt = None,
+    repeat: RepeatOpt = 3,
+    rate: Annotated[float, typer.Option(help="Jobs/s, enqueued one at a time.")] = 50.0,
+    duration: Annotated[float, typer.Option(help="Seconds of enqueueing per measurement.")] = 10.0,
+    poll_interval: Annotated[float, typer.Option(help="Workers' poll interval, seconds.")] = 1.0,
+    modes: Annotated[
+        str, typer.Option(help="listen (NOTIFY wakes workers), poll (--no-listen), or both.")
+    ] = "listen,poll",
+    json_path: JsonOpt = None,
+    plot: PlotOpt = None,
+    quick: QuickOpt = False,
+) -> None:
+    """Idle pickup latency, commit -> handler start: p50/p95/p99/max, with and without LISTEN."""
+    from bench.workloads import latency as w
+
+    if quick:
+        rate, duration, poll_interval, repeat = 50.0, 0.5, 0.2, 1
+    chosen_modes = tuple(m.strip() for m in modes.split(","))
+    if not set(chosen_modes) <= set(w.MODES):
+        raise typer.BadParameter(f"modes are {', '.join(w.MODES)}", param_hint="--modes")
+    resolved, chosen = _setup(dsn, contenders)
+    result = w.run(
+        resolved, chosen, rate=rate, duration=duration, poll_interval=poll_interval, modes=chosen_modes, repeat=repeat
+    )
+    for mode, part in result["modes"].items():
+        how = "woken by LISTEN" if mode == "listen" else f"polling every {poll_interval:g}s (--no-listen)"
+        _runner.print_table(f"latency, {rate:g} jobs/s, {how}", part["medians"], part["ratios"])
+    _print_headline(result)
+    _finish("latency", result, resolved, json_path, plot)
+
+
+@app.command()
+def steady(
+    dsn: DsnOpt = None,
+    contenders: ContOpt = None,
+    repeat: RepeatOpt = 3,
+    producers: Annotated[int, typer.Option(help="Producer processes.")] = 2,
+    rate: Annotated[float, typer.Option(help="Jobs/s per producer (0: flat out).")] = 5_000.0,
+    batch: Annotated[int, typer.Option(help="Jobs per producer transaction.")] = 100,
+    single: Annotated[bool, typer.Option("--single", help="Single enqueues only (default: bulk + one keyed).")] = False,
+    max_depth: Annotated[int, typer.Option(help="Producers hold back at this queue depth (0: never).")] = 0,
+    processes: Annotated[int, typer.Option("--workers", help="Worker processes.")] = 1,
+    concurrency: Annotated[int, typer.Option(help="Concurrency per worker process.")] = 100,
+    duration: Annotated[float, typer.Option(help="Seconds of producing per measurement.")] = 20.0,
+    latency: Annotated[bool, typer.Option(help="Workers report handler starts (pickup latency).")] = True,
+    json_path: JsonOpt = None,
+    plot: PlotOpt = None,
+    quick: QuickOpt = False,
+) -> None:
+    """Producers and workers at once: end-to-end jobs/s, queue depth, pickup latency."""
+    from bench.workloads import steady as w
+
+    if quick:
+        duration, repeat = 2.0, 1
+    cfg = w.Steady(
+        producers=producers,
+        rate=rate,
+        batch=batch,
+        bulk=not single,
+        max_depth=max_depth,
+        workers=processes,
+        concurrency=concurrency,
+        duration=duration,
+        latency=latency,
+        sample=0.25 if quick else 0.5,
+    )
+    resolved, chosen = _setup(dsn, contenders)
+    result = w.run(resolved, chosen, cfg, repeat=repeat)
+    total = f"{producers} x {rate:,.0f} jobs/s" if rate else f"{producers} producers flat out"
+    _finish(
+        f"steady: {total}, {processes} worker process(es) x {concurrency}, {duration:g}s",
+        result,
+        resolved,
+        json_path,
+        plot,
+        STEADY_COLUMNS,
+    )
+
+
+@app.command()
+def contention(
+    dsn: DsnOpt = None,
+    contenders: ContOpt = None,
+    repeat: RepeatOpt = 3,
+    jobs: Annotated[int, typer.Option(help="Jobs to pre-load.")] = 50_000,
+    processes: Annotated[int, typer.Option(help="Worker processes.")] = 8,
+    concurrency: Annotated[int, typer.Option(help="Concurrency per process.")] = 10,
+    queues: Annotated[
+        int | None, typer.Option(help="Queues in the multi-queue scenarios (default: processes).")
+    ] = None,
+    json_path: JsonOpt = None,
+    plot: PlotOpt = None,
+    quick: QuickOpt = False,
+) -> None:
+    """Many worker processes on one queue, then over many queues: jobs/s, empty claims, lock waits."""
+    from bench.workloads import contention as w
+
+    if quick:
+        jobs, processes, repeat = 2_000, 3, 1
+    resolved, chosen = _setup(dsn, contenders)
+    result = w.run(
+        resolved,
+        chosen,
+        jobs=jobs,
+        processes=processes,
+        concurrency=concurrency,
+        queues=queues or processes,
+        repeat=repeat,
+    )
+    for scenario, part in result["scenarios"].items():
+        _runner.print_table(
+            f"contention, {scenario}: {jobs:,} jobs, {processes} processes x {concurrency}",
+            _columns(part["medians"], CONTENTION_COLUMNS),
+            part["ratios"],
+        )
+    for scenario, names in result["skipped"].items():
+        _runner.console.print(f"[dim]{scenario}: skipped {', '.join(names)} (no multi-queue support here)[/]")
+    _finish("contention", result, resolved, json_path, plot)
+
+
+# Shared by xmin and soak: producers saturate the workers, holding back at a queue depth.
+RateOpt = Annotated[float, typer.Option(help="Jobs/s per producer (0: flat out).")]
+MaxDepthOpt = Annotated[int, typer.Option(help="Producers hold back at this queue depth (0: never).")]
+WorkersOpt = Annotated[int, typer.Option("--workers", help="Worker processes.")]
+
+
+@app.command()
+def xmin(
+    dsn: DsnOpt = None,
+    contenders: ContOpt = "pgqueue",
+    repeat: RepeatOpt = 3,
+    duration: Annotated[float, typer.Option(help="Seconds per run.")] = 30.0,
+    producers: Annotated[int, typer.Option(help="Producer processes.")] = 2,
+    rate: RateOpt = 0.0,
+    max_depth: MaxDepthOpt = 10_000,
+    processes: WorkersOpt = 1,
+    json_path: JsonOpt = None,
+    plot: PlotOpt = None,
+    quick: QuickOpt = False,
+) -> None:
+    """steady with and without an idle REPEATABLE READ transaction holding xmin: held / baseline."""
+    from bench.workloads import steady as s
+    from bench.workloads import xmin as w
+
+    if quick:
+        duration, repeat = 2.0, 1
+    cfg = s.Steady(
+        producers=producers,
+        rate=rate,
+        max_depth=max_depth,
+        workers=processes,
+        duration=duration,
+        latency=False,
+        sample=0.25 if quick else 0.5,
+    )
+    resolved, chosen = _setup(dsn, contenders)
+    result = w.run(resolved, chosen, cfg, repeat=repeat)
+    _finish(
+        f"xmin: {duration:g}s runs, {producers} producers, {processes} worker process(es)",
+        result,
+        resolved,
+        json_path,
+        plot,
+        XMIN_COLUMNS,
+    )
+
+
+@app.command()
+def soak(
+    dsn: DsnOpt = None,
+    contenders: ContOpt = "pgqueue",
+    repeat: RepeatOpt = 1,
+    minutes: Annotated[float, typer.Option(help="Length of the run.")] = 10.0,
+    every: Annotated[float, typer.Option(help="Seconds per reported interval.")] = 60.0,
+    producers: Annotated[int, typer.Option(help="Producer processes.")] = 2,
+    rate: RateOpt = 0.0,
+    max_depth: MaxDepthOpt = 10_000,
+    processes: WorkersOpt = 1,
+    json_path: JsonOpt = None,
+    plot: PlotOpt = None,
+    quick: QuickOpt = False,
+) -> None:
+    """steady for a long time: per-interval jobs/s, live relation and index size; drift; jobs lost."""
+    from bench.workloads import soak as w
+    from bench.workloads import steady as s
+
+    if quick:
+        minutes, every, repeat = 0.05, 1.0, 1
+    cfg = s.Steady(
+        producers=producers,
+        rate=rate,
+        max_depth=max_depth,
+        workers=processes,
+        duration=minutes * 60,
+        latency=False,
+        stats_every=min(5.0, every / 2),
+        drain_timeout=120,
+    )
+    resolved, chosen = _setup(dsn, contenders)
+    result = w.run(resolved, chosen, cfg, every=every, repeat=repeat)
+    for name, reps in result["intervals"].items():
+        rows = {
+            f"{i + 1}: {r['end s']:g}s": {k: v for k, v in r.items() if k != "end s"} for i, r in enumerate(reps[-1])
+        }
+        _runner.print_table(f"soak, {name}, per {every:g}s (last repetition)", rows, {}, first="interval: end")
+    _finish(
+        f"soak: {minutes:g} min, {producers} producers, {processes} worker process(es)",
+        result,
+        resolved,
+        json_path,
+        plot,
+        SOAK_COLUMNS,
+    )
+
+
+def _columns(med: dict[str, dict[str, float]], columns: tuple[str, ...]) -> dict[str, dict[str, float]]:
+    """The metrics a table shows (the JSON keeps every one)."""
+    return {n: {k: v[k] for k in columns if k in v} for n, v in med.items()}
+
+
+CONTENTION_COLUMNS = ("jobs/s", "drain s", "empty claim %", "lock waits avg", "lock waits max", "lwlock waits avg")
+XMIN_COLUMNS = ("jobs/s", "depth max", "dead tuples max", "table MB end", "index MB end", "xmin held")
+SOAK_COLUMNS = ("jobs/s", "drift %", "jobs lost", "table MB max", "index MB max", "dead tuples max")
+STEADY_COLUMNS = ("jobs/s", "enqueued/s", "depth max", "depth end", "p50 ms", "p99 ms", "max ms")
+
+
+def _print_headline(result: dict[str, Any]) -> None:
+    for label, value in result.get("headline", {}).items():
+        _runner.console.print(f"{label}: [bold]{value:,.2f}[/]")
+
+
+@app.command("plot")
+def plot_command(
+    result: Annotated[Path, typer.Argument(help="A result written with --json.", exists=True, dir_okay=False)],
+    png: Annotated[Path, typer.Argument(help="Where to write the chart.")],
+) -> None:
+    """Draw a saved result again (needs matplotlib)."""
+    import json
+
+    from bench import _plot
+
+    _plot.plot(json.loads(result.read_text()), png)
+    _runner.console.print(f"wrote {png}")
 
 
 if __name__ == "__main__":

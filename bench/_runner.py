@@ -43,14 +43,29 @@ class WorkerGroup:
     _threads: list[threading.Thread] = field(default_factory=list)
 
     def start(self, timeout: float = 60.0) -> None:
-        cmd = [sys.executable, "-m", self.contender.worker_module, "--dsn", self.dsn,
-               "--concurrency", str(self.concurrency), *self.contender.worker_args, *self.extra]
+        cmd = [
+            sys.executable,
+            "-m",
+            self.contender.worker_module,
+            "--dsn",
+            self.dsn,
+            "--concurrency",
+            str(self.concurrency),
+            *self.contender.worker_args,
+            *self.extra,
+        ]
         if self.report:
             cmd.append("--report")
         ready = threading.Semaphore(0)
         for _ in range(self.processes):
-            proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                    env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            proc = subprocess.Popen(
+                cmd,
+                cwd=REPO,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
             self._procs.append(proc)
             t = threading.Thread(target=self._read, args=(proc, ready), daemon=True)
             t.start()
@@ -63,15 +78,16 @@ class WorkerGroup:
 
     def _read(self, proc: subprocess.Popen[str], ready: threading.Semaphore) -> None:
         assert proc.stdout is not None
-        for line in proc.stdout:
-            if line == "READY\n":
-                ready.release()
-            elif line.startswith("STATS "):
-                self.stats.append(line[6:].strip())
-            else:
-                key, _, at = line.partition(" ")
-                if at:
-                    self.reports[key] = float(at)
+        with proc.stdout:  # closed at EOF: no pipe left for the garbage collector to warn about
+            for line in proc.stdout:
+                if line == "READY\n":
+                    ready.release()
+                elif line.startswith("STATS "):
+                    self.stats.append(line[6:].strip())
+                else:
+                    key, _, at = line.partition(" ")
+                    if at:
+                        self.reports[key] = float(at)
 
     def stop(self, timeout: float = 30.0) -> None:
         for proc in self._procs:
@@ -149,14 +165,16 @@ def ratios(med: dict[str, dict[str, float]], metric: str, higher_is_better: bool
     return out
 
 
-def print_table(title: str, med: dict[str, dict[str, float]], rat: dict[str, float]) -> None:
+def print_table(title: str, med: dict[str, dict[str, float]], rat: dict[str, float], first: str = "contender") -> None:
     table = Table(title=title, title_justify="left")
-    table.add_column("contender")
-    metrics = list(next(iter(med.values())).keys()) if med else []
+    table.add_column(first, no_wrap=True)
+    metrics: list[str] = []
+    for values in med.values():  # contenders may lack a metric (e.g. worker-side counters)
+        metrics.extend(m for m in values if m not in metrics)
     for m in metrics:
         table.add_column(m, justify="right")
     for name, values in med.items():
-        table.add_row(name, *(f"{values[m]:,.1f}" for m in metrics))
+        table.add_row(name, *(f"{values[m]:,.1f}" if m in values else "-" for m in metrics))
     Console().print(table)
     for label, value in rat.items():
         Console().print(f"{label}: [bold]{value:.2f}[/]")

@@ -41,7 +41,9 @@ def main() -> None:
     if args.contender == "plain-insert":
 
         def enqueue(key: str, t: float) -> None:
-            conn.execute("INSERT INTO bench_raw.plain (task, args) VALUES ('bench.noop', %s::jsonb)", [f'{{"k":"{key}"}}'])
+            conn.execute(
+                "INSERT INTO bench_raw.plain (task, args) VALUES ('bench.noop', %s::jsonb)", [f'{{"k":"{key}"}}']
+            )
 
     else:
         contender = _contenders.get([args.contender])[0]

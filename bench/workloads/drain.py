@@ -15,8 +15,16 @@ from bench._contenders import Contender
 from bench._runner import WorkerGroup, interleaved, medians, ratios, wait_drained, workers
 
 
-def run(dsn: str, contenders: list[Contender], *, jobs: int, processes: int, concurrency: int,
-        repeat: int, timeout: float = 600) -> dict[str, Any]:
+def run(
+    dsn: str,
+    contenders: list[Contender],
+    *,
+    jobs: int,
+    processes: int,
+    concurrency: int,
+    repeat: int,
+    timeout: float = 600,
+) -> dict[str, Any]:
     for c in contenders:
         c.setup(dsn)
 

@@ -23,9 +23,22 @@ def producers(dsn: str, name: str, count: int, duration: float) -> float:
     start_at = time.time() + 1.0
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "bench.workers.producer", "--dsn", dsn, "--contender", name,
-             "--duration", str(duration), "--start-at", str(start_at)],
-            cwd=REPO, stdout=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "bench.workers.producer",
+                "--dsn",
+                dsn,
+                "--contender",
+                name,
+                "--duration",
+                str(duration),
+                "--start-at",
+                str(start_at),
+            ],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         for _ in range(count)
     ]
@@ -40,8 +53,9 @@ def producers(dsn: str, name: str, count: int, duration: float) -> float:
     return total
 
 
-def run(dsn: str, contenders: list[Contender], *, producer_counts: list[int], duration: float,
-        bulk_jobs: int, repeat: int) -> dict[str, Any]:
+def run(
+    dsn: str, contenders: list[Contender], *, producer_counts: list[int], duration: float, bulk_jobs: int, repeat: int
+) -> dict[str, Any]:
     for c in contenders:
         c.setup(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -77,5 +91,8 @@ def run(dsn: str, contenders: list[Contender], *, producer_counts: list[int], du
             bulk.append(bulk_jobs / (time.perf_counter() - t))
     bulk.sort()
     results["enqueue_many"] = {"jobs": bulk_jobs, "runs": bulk, "median jobs/s": bulk[len(bulk) // 2]}
-    return {"workload": "enqueue", "params": {"producers": producer_counts, "duration": duration,
-                                              "bulk_jobs": bulk_jobs, "repeat": repeat}, "results": results}
+    return {
+        "workload": "enqueue",
+        "params": {"producers": producer_counts, "duration": duration, "bulk_jobs": bulk_jobs, "repeat": repeat},
+        "results": results,
+    }

@@ -1,0 +1,150 @@
+"""The benchmark workloads (``python -m bench``) run end to end in ``--quick`` mode.
+
+Each test runs one workload against its own fresh database, with pgqueue and the batched
+raw-SQL ceiling only (the Python peers may not be installed), and checks the shape of the
+JSON result and that its figures are sane. No timing thresholds: CI machines are noisy.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from bench.__main__ import app
+
+CONTENDERS = "pgqueue,raw-sql-b100"
+NAMES = ("pgqueue", "raw-sql-b100")
+
+
+def bench(dsn: str, tmp_path: Path, workload: str, *args: str, contenders: str = CONTENDERS) -> dict[str, Any]:
+    out = tmp_path / f"{workload}.json"
+    result = CliRunner().invoke(
+        app, [workload, "--quick", "--dsn", dsn, "--contenders", contenders, "--json", str(out), *args]
+    )
+    assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
+    data: dict[str, Any] = json.loads(out.read_text())
+    assert data["workload"] == workload
+    assert data["environment"]["postgres"]
+    return data
+
+
+def positive(metrics: dict[str, float], *keys: str) -> None:
+    for key in keys:
+        assert metrics[key] > 0, f"{key} = {metrics[key]}"
+
+
+def test_drain(dsn: str, tmp_path: Path) -> None:
+    data = bench(dsn, tmp_path, "drain")
+    for name in NAMES:
+        positive(data["medians"][name], "jobs/s", "drain s")
+    assert data["ratios"]["pgqueue / raw-sql ceiling"] > 0
+
+
+def test_enqueue(dsn: str, tmp_path: Path) -> None:
+    data = bench(dsn, tmp_path, "enqueue")
+    medians = data["results"]["1 producers"]["medians"]
+    for name in ("plain-insert", *NAMES):
+        positive(medians[name], "jobs/s")
+    assert data["results"]["enqueue_many"]["median jobs/s"] > 0
+
+
+def test_latency(dsn: str, tmp_path: Path) -> None:
+    data = bench(dsn, tmp_path, "latency")
+    poll_ms = data["params"]["poll_interval"] * 1000
+    for mode in ("listen", "poll"):
+        for name in NAMES:
+            m = data["modes"][mode]["medians"][name]
+            positive(m, "jobs", "p50 ms")
+            assert m["missed"] == 0
+            assert m["p50 ms"] <= m["p95 ms"] <= m["p99 ms"] <= m["max ms"]
+            assert data["samples"][name if mode == "listen" else f"{name} (poll)"]
+        # Polling never waits much longer than one interval (generous: CI is noisy).
+        assert data["modes"]["poll"]["medians"]["pgqueue"]["max ms"] < poll_ms * 5 + 1000
+    assert {"pgqueue p50 - raw-sql p50 ms", "pgqueue p99 ms", "pgqueue poll max - poll interval ms"} <= set(
+        data["headline"]
+    )
+    assert "pgqueue / raw-sql ceiling (p50)" in data["modes"]["listen"]["ratios"]
+
+
+def test_steady(dsn: str, tmp_path: Path) -> None:
+    data = bench(dsn, tmp_path, "steady")
+    for name in NAMES:
+        m = data["medians"][name]
+        positive(m, "jobs/s", "enqueued", "enqueued/s", "p50 ms")
+        assert m["depth end"] >= 0
+        assert m["depth max"] >= 0
+        timeline = data["timelines"][name][0]
+        assert len(timeline["t"]) == len(timeline["depth"]) == len(timeline["jobs/s"]) > 2
+        assert timeline["completed"][-1] > 0
+    assert data["ratios"]["pgqueue / raw-sql ceiling"] > 0
+
+
+def test_contention(dsn: str, tmp_path: Path) -> None:
+    data = bench(dsn, tmp_path, "contention")
+    scenarios = data["scenarios"]
+    assert set(scenarios) == {"one queue", "queue per process", "all queues"}
+    assert set(scenarios["one queue"]["medians"]) == set(NAMES)
+    assert data["skipped"]["all queues"] == ["raw-sql-b100"]
+    for part in scenarios.values():
+        m = part["medians"]["pgqueue"]
+        positive(m, "jobs/s", "claims")
+        assert 0 <= m["empty claim %"] <= 100
+        assert m["lock waits max"] >= m["lock waits avg"] >= 0
+    positive(scenarios["one queue"]["medians"]["raw-sql-b100"], "jobs/s")
+
+
+def test_xmin(dsn: str, tmp_path: Path) -> None:
+    data = bench(dsn, tmp_path, "xmin", contenders="pgqueue")
+    base, held = data["medians"]["pgqueue"], data["medians"]["pgqueue (xmin held)"]
+    positive(base, "jobs/s")
+    positive(held, "jobs/s")
+    assert held["xmin held"] == 1  # the idle REPEATABLE READ transaction really pinned xmin
+    assert data["ratios"]["pgqueue: held / baseline"] > 0
+    assert data["timelines"]["pgqueue (xmin held)"][0]["stats"]
+
+
+def test_soak(dsn: str, tmp_path: Path) -> None:
+    data = bench(dsn, tmp_path, "soak", contenders="pgqueue")
+    m = data["medians"]["pgqueue"]
+    positive(m, "jobs/s", "enqueued", "table MB max")
+    assert m["jobs lost"] == 0
+    assert "drift %" in m
+    rows = data["intervals"]["pgqueue"][0]
+    assert rows
+    assert all(r["jobs/s"] >= 0 for r in rows)
+
+
+def test_plot(dsn: str, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "drain.png"
+    data = bench(dsn, tmp_path, "drain", "--plot", str(png))
+    assert png.read_bytes().startswith(b"\x89PNG")
+    # Every other kind of chart, drawn from hand-made results of the same shape.
+    from bench import _plot
+
+    timeline = {
+        "t": [0.0, 0.5, 1.0],
+        "depth": [0, 5, 0],
+        "enqueued": [0, 50, 100],
+        "completed": [0, 45, 100],
+        "jobs/s": [0.0, 90.0, 110.0],
+        "stats": [{"t": 0.5, "dead tuples": 3, "table MB": 1.0, "index MB": 0.5}],
+    }
+    results: list[dict[str, Any]] = [
+        {
+            "workload": "latency",
+            "params": {"modes": ["listen", "poll"], "poll_interval": 0.2},
+            "samples": {"pgqueue": [1.0, 2.0, 3.0], "pgqueue (poll)": [50.0, 150.0]},
+        },
+        {"workload": "contention", "scenarios": {"one queue": {"medians": data["medians"]}}},
+        {"workload": "enqueue", "results": {"1 producers": {"medians": data["medians"]}, "enqueue_many": {}}},
+        *({"workload": w, "timelines": {"pgqueue": [timeline]}} for w in ("steady", "xmin", "soak")),
+    ]
+    for result in results:
+        path = tmp_path / f"{result['workload']}.png"
+        _plot.plot(result, path)
+        assert path.read_bytes().startswith(b"\x89PNG")
