@@ -129,3 +129,21 @@ class JobsDB:
         row = await cur.fetchone()
         assert row is not None
         return TickResult(bool(row[0]), int(row[1]), int(row[2]), int(row[3]))
+
+    async def vacuum_live_if_needed(self, conn: AConn, threshold: int) -> bool:
+        """VACUUM the live partition if it carries enough dead tuples and no other process
+        is doing it; returns whether it ran. ``conn`` must be in autocommit mode."""
+        cur = await conn.execute(self.q["live_dead_tuples"], {"table": f'"{self.schema}".jobs_live'})
+        row = await cur.fetchone()
+        if row is None or row[0] < max(threshold, row[1]):
+            return False
+        lock = {"lock_name": f"pgqueue.vacuum:{self.schema}"}
+        cur = await conn.execute(self.q["vacuum_lock"], lock)
+        got = await cur.fetchone()
+        if not got or not got[0]:
+            return False
+        try:
+            await conn.execute(self.q["vacuum_live"], prepare=False)  # utility statements cannot be prepared
+        finally:
+            await conn.execute(self.q["vacuum_unlock"], lock)
+        return True

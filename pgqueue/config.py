@@ -66,6 +66,11 @@ class WorkerConfig:
     partition_interval: float = 600.0
     #: Days of finished-job partitions kept created ahead of today.
     partition_days_ahead: int = 2
+    #: How often the live partition's dead tuples are checked; when they exceed
+    #: ``vacuum_threshold`` (and the live rows), one process runs VACUUM on it. This keeps
+    #: claims fast where autovacuum is off or too slow for a queue's churn. 0 disables it.
+    vacuum_interval: float = 10.0
+    vacuum_threshold: int = 20_000
     #: How often the LISTEN connection is checked while it is quiet.
     listener_health_interval: float = 15.0
     #: Default attempts for jobs whose task is unknown to the rescuer's process.
@@ -97,6 +102,8 @@ class WorkerConfig:
         for name, value in positive.items():
             if not value > 0:
                 raise ConfigError(f"{name} must be positive, got {value!r}")
+        if self.vacuum_interval < 0 or self.vacuum_threshold < 0:
+            raise ConfigError("vacuum_interval and vacuum_threshold must not be negative")
         if self.shutdown_timeout < 0 or self.completion_interval < 0:
             raise ConfigError("shutdown_timeout and completion_interval must not be negative")
         if self.partition_days_ahead < 1:

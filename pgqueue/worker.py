@@ -145,7 +145,8 @@ class Worker:
         pool = psycopg_pool.AsyncConnectionPool(
             dsn,
             min_size=2,
-            max_size=4 + (cfg.concurrency if transactional_async else 0),
+            # fetcher, completer, heartbeat, maintenance, vacuum (+ transactional handlers)
+            max_size=5 + (cfg.concurrency if transactional_async else 0),
             kwargs={"autocommit": True},
             open=False,
             name=f"pgqueue-{self.worker_id}",
@@ -168,6 +169,8 @@ class Worker:
             self._spawn(self._completer.run(), "completer")
             self._spawn(self._heartbeat_loop(), "heartbeat")
             self._spawn(self._maintenance_loop(), "maintenance")
+            if cfg.vacuum_interval > 0:
+                self._spawn(self._vacuum_loop(), "vacuum")
             if cfg.listen:
                 self.listener = Listener(
                     dsn,
@@ -464,6 +467,21 @@ class Worker:
             except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
                 log.warning("maintenance tick failed (%s)", exc)
             await asyncio.sleep(cfg.maintenance_interval * random.uniform(0.8, 1.2))
+
+    async def _vacuum_loop(self) -> None:
+        cfg = self.config
+        while True:
+            await asyncio.sleep(cfg.vacuum_interval * random.uniform(0.8, 1.2))
+            try:
+                async with self._pool.connection() as conn:
+                    started = time.monotonic()
+                    if await self.db.vacuum_live_if_needed(conn, cfg.vacuum_threshold):
+                        log.info("vacuumed %s.jobs_live in %.2fs", self.app.schema, time.monotonic() - started)
+            except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+                log.warning("vacuum check failed (%s)", exc)
+            except psycopg.errors.InsufficientPrivilege as exc:
+                log.warning("cannot vacuum the live partition (%s); leaving it to autovacuum", exc)
+                return
 
     async def _repair_partitions(self) -> int:
         def work() -> int:

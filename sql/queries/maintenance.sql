@@ -91,3 +91,21 @@ WHERE n.nspname = %(schema)s
 -- name: db_today
 -- Today's date on the database clock, in UTC (partition bounds are UTC days).
 SELECT (now() AT TIME ZONE 'UTC')::date
+
+-- name: live_dead_tuples
+-- Dead and live row versions of the live partition (cumulative statistics).
+SELECT coalesce(n_dead_tup, 0), coalesce(n_live_tup, 0)
+FROM pg_stat_user_tables
+WHERE relid = to_regclass(%(table)s)
+
+-- name: vacuum_lock
+-- Session-level: only one process vacuums the live partition at a time.
+SELECT pg_try_advisory_lock(hashtextextended(%(lock_name)s, 0))
+
+-- name: vacuum_unlock
+SELECT pg_advisory_unlock(hashtextextended(%(lock_name)s, 0))
+
+-- name: vacuum_live
+-- The live partition churns: every job is inserted, updated and deleted there. Vacuuming
+-- it ourselves keeps claims fast even where autovacuum is off or slow to come round.
+VACUUM (ANALYZE) {schema}.jobs_live

@@ -1,0 +1,49 @@
+"""The worker vacuums the live partition itself once it carries enough dead tuples."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import psycopg
+
+import pgqueue
+from tests.conftest import async_wait_until, running_worker
+
+
+def _vacuum_count(conn: psycopg.Connection[Any]) -> int:
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    row = conn.execute(
+        "SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = 'pgqueue.jobs_live'::regclass"
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+async def test_live_partition_is_vacuumed_when_dead_tuples_pile_up(
+    app: pgqueue.App, conn: psycopg.Connection[Any]
+) -> None:
+    @app.task(name="noop")
+    async def noop() -> None:
+        return None
+
+    before = _vacuum_count(conn)
+    with conn.transaction():
+        app.enqueue_many(conn, (noop.job() for _ in range(3000)))
+    async with running_worker(app, concurrency=50, vacuum_interval=0.2, vacuum_threshold=500) as worker:
+        await async_wait_until(lambda: worker.stats.completed == 3000, timeout=60)
+        # Each job left a dead version behind in jobs_live (claim update + completion delete).
+        await async_wait_until(lambda: _vacuum_count(conn) > before, timeout=30)
+
+
+async def test_vacuum_is_skipped_below_the_threshold(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:
+    @app.task(name="noop")
+    async def noop() -> None:
+        return None
+
+    before = _vacuum_count(conn)
+    with conn.transaction():
+        app.enqueue_many(conn, (noop.job() for _ in range(50)))
+    async with running_worker(app, vacuum_interval=0.1, vacuum_threshold=1_000_000) as worker:
+        await async_wait_until(lambda: worker.stats.completed == 50)
+        await asyncio.sleep(0.6)  # a negative check: six vacuum intervals pass without a vacuum
+        assert _vacuum_count(conn) == before
