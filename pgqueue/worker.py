@@ -31,7 +31,6 @@ import concurrent.futures
 import contextlib
 import logging
 import os
-import random
 import secrets
 import socket
 import threading
@@ -48,6 +47,7 @@ from ._completer import Completer
 from ._executor import Executor
 from ._jobs_db import JobsDB, Outcome
 from ._listener import Listener
+from ._maintenance import Maintenance
 from ._partitions import ensure_partitions
 from ._sql import channel_name
 from .app import App
@@ -55,7 +55,6 @@ from .config import DEFAULT_QUEUE, WorkerConfig
 from .errors import DatabaseUnavailableError
 from .migrate import require_current
 from .models import Job, JobState
-from .retry import Backoff
 
 __all__ = ["Worker", "WorkerStats"]
 
@@ -104,7 +103,6 @@ class Worker:
         self._side_tasks: list[asyncio.Task[None]] = []
         self._sync_pool: psycopg_pool.ConnectionPool | None = None
         self._sync_pool_lock = threading.Lock()
-        self._rescue_backoff = Backoff()
 
     # -- control ----------------------------------------------------------------------
 
@@ -155,6 +153,7 @@ class Worker:
         try:
             await pool.open(wait=True, timeout=30)
             self._pool = pool
+            self._maintenance = Maintenance(self.db, pool, dsn=dsn, schema=self.app.schema, config=cfg)
             self._executor = Executor(
                 db=self.db, worker_id=self.worker_id, threads=threads, pool=pool, sync_pool=self._get_sync_pool
             )
@@ -164,13 +163,13 @@ class Worker:
                 batch_size=cfg.completion_batch,
                 interval=cfg.completion_interval,
                 on_written=self._on_written,
-                repair_partitions=self._repair_partitions,
+                repair_partitions=self._maintenance.repair_partitions,
             )
             self._spawn(self._completer.run(), "completer")
             self._spawn(self._heartbeat_loop(), "heartbeat")
-            self._spawn(self._maintenance_loop(), "maintenance")
+            self._spawn(self._maintenance.run_ticks(), "maintenance")
             if cfg.vacuum_interval > 0:
-                self._spawn(self._vacuum_loop(), "vacuum")
+                self._spawn(self._maintenance.run_vacuum(), "vacuum")
             if cfg.listen:
                 self.listener = Listener(
                     dsn,
@@ -435,60 +434,6 @@ class Worker:
                 active = self._active.get(job_id)
                 if active is not None:
                     active.cancel()
-
-    # -- maintenance ------------------------------------------------------------------
-
-    async def _maintenance_loop(self) -> None:
-        cfg = self.config
-        next_partitions = time.monotonic() + cfg.partition_interval
-        await asyncio.sleep(random.uniform(0, cfg.maintenance_interval))  # de-synchronise nodes
-        while True:
-            try:
-                async with self._pool.connection() as conn:
-                    result = await self.db.maintenance_tick(
-                        conn,
-                        batch=1000,
-                        backoff_base=self._rescue_backoff.base,
-                        backoff_cap=self._rescue_backoff.cap,
-                        default_max_attempts=cfg.default_max_attempts,
-                    )
-                if result.rescued or result.discarded:
-                    log.warning(
-                        "rescued %d jobs whose lease expired (%d retried, %d discarded)",
-                        result.rescued + result.discarded,
-                        result.rescued,
-                        result.discarded,
-                    )
-                if result.promoted:
-                    log.debug("%d scheduled/retryable jobs became available", result.promoted)
-                if time.monotonic() >= next_partitions:
-                    await self._repair_partitions()
-                    next_partitions = time.monotonic() + cfg.partition_interval
-            except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
-                log.warning("maintenance tick failed (%s)", exc)
-            await asyncio.sleep(cfg.maintenance_interval * random.uniform(0.8, 1.2))
-
-    async def _vacuum_loop(self) -> None:
-        cfg = self.config
-        while True:
-            await asyncio.sleep(cfg.vacuum_interval * random.uniform(0.8, 1.2))
-            try:
-                async with self._pool.connection() as conn:
-                    started = time.monotonic()
-                    if await self.db.vacuum_live_if_needed(conn, cfg.vacuum_threshold):
-                        log.info("vacuumed %s.jobs_live in %.2fs", self.app.schema, time.monotonic() - started)
-            except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
-                log.warning("vacuum check failed (%s)", exc)
-            except psycopg.errors.InsufficientPrivilege as exc:
-                log.warning("cannot vacuum the live partition (%s); leaving it to autovacuum", exc)
-                return
-
-    async def _repair_partitions(self) -> int:
-        def work() -> int:
-            with psycopg.connect(self.app.dsn, autocommit=True, connect_timeout=10) as conn:
-                return ensure_partitions(conn, self.app.schema, days_ahead=self.config.partition_days_ahead)
-
-        return await asyncio.to_thread(work)
 
     # -- shutdown ---------------------------------------------------------------------
 

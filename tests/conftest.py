@@ -12,6 +12,7 @@ import asyncio
 import os
 import tempfile
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from pytest_postgresql import factories
 
@@ -87,6 +89,19 @@ def server_dsn(dbname: str = "postgres") -> str:
 def dsn(postgresql: psycopg.Connection[Any]) -> str:
     """Connection string of this test's own freshly migrated database."""
     return server_dsn(postgresql.info.dbname)
+
+
+@pytest.fixture
+def empty_dsn() -> Iterator[str]:
+    """A fresh database on the test server without pgqueue's schema."""
+    name = f"pgqueue_empty_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server_dsn(), autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield server_dsn(name)
+    finally:
+        with psycopg.connect(server_dsn(), autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 @pytest.fixture

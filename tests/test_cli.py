@@ -7,34 +7,18 @@ import os
 import signal
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
 from typer.testing import CliRunner, Result
 
 from pgqueue.cli import app as cli_app
 from tests.apps.support import REPO, create_test_tables, job_row, ledger, worker_process
-from tests.conftest import server_dsn, wait_until
+from tests.conftest import wait_until
 
 UNREACHABLE = "postgresql://postgres@127.0.0.1:1/x?connect_timeout=3"
-
-
-@pytest.fixture
-def empty_dsn() -> Iterator[str]:
-    """A fresh database on the test server without pgqueue's schema."""
-    name = f"pgqueue_cli_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server_dsn(), autocommit=True) as c:
-        c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield server_dsn(name)
-    finally:
-        with psycopg.connect(server_dsn(), autocommit=True) as c:
-            c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 def invoke(*args: str) -> Result:

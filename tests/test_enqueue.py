@@ -27,7 +27,7 @@ import pgqueue
 from pgqueue._jobs_db import Outcome, outcome_params
 from pgqueue._sql import queries_for
 from pgqueue.models import JobState
-from tests.conftest import async_wait_until, job_states, running_worker, server_dsn, wait_until
+from tests.conftest import async_wait_until, job_states, running_worker, wait_until
 
 Conn = psycopg.Connection[Any]
 AConn = psycopg.AsyncConnection[Any]
@@ -56,19 +56,6 @@ def uploads(conn: Conn) -> Conn:
     """The caller's own table, to check atomicity with the caller's writes."""
     conn.execute("CREATE TABLE uploads (id serial PRIMARY KEY, name text NOT NULL)")
     return conn
-
-
-@pytest.fixture
-def empty_dsn() -> Iterator[str]:
-    """A database on the same server without the pgqueue schema."""
-    name = f"pgqueue_empty_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server_dsn(), autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield server_dsn(name)
-    finally:
-        with psycopg.connect(server_dsn(), autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 def get_job(conn: Conn, job_id: int) -> dict[str, Any] | None:

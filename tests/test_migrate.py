@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
-import uuid
 from collections.abc import Iterator
 from datetime import date, timedelta
 from typing import Any, LiteralString
@@ -18,25 +17,11 @@ import pgqueue
 from pgqueue._partitions import FINISHED_PARENTS, ensure_partitions, partition_name
 from pgqueue._sql import load_migrations, queries_for
 from pgqueue.migrate import current_version, latest_version, migrate, require_current
-from tests.conftest import server_dsn
 
 Conn = psycopg.Connection[Any]
 
 ALL_VERSIONS = [m.version for m in load_migrations()]
 LIVE_INDEXES = {"jobs_live_pkey", "jobs_live_fetch", "jobs_live_timers", "jobs_live_unique_key"}
-
-
-@pytest.fixture
-def empty_dsn() -> Iterator[str]:
-    """A database on the same server without the pgqueue schema."""
-    name = f"pgqueue_empty_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server_dsn(), autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield server_dsn(name)
-    finally:
-        with psycopg.connect(server_dsn(), autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 @pytest.fixture

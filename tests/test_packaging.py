@@ -10,17 +10,13 @@ import os
 import subprocess
 import sys
 import sysconfig
-import uuid
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
-from psycopg import sql
 
 from pgqueue._sql import load_migrations
-from tests.conftest import server_dsn
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -57,18 +53,6 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     [built] = list(out.glob("pgqueue-*.whl"))
     return built
-
-
-@pytest.fixture
-def empty_dsn() -> Iterator[str]:
-    name = f"pgqueue_pkg_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server_dsn(), autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield server_dsn(name)
-    finally:
-        with psycopg.connect(server_dsn(), autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 def test_wheel_carries_every_sql_file(wheel: Path) -> None:

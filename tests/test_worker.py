@@ -7,36 +7,21 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
 
 import pgqueue
 from tests.apps.support import job_row, state_of
-from tests.conftest import async_wait_until, job_states, running_worker, server_dsn
+from tests.conftest import async_wait_until, job_states, running_worker
 
 ERROR_KEYS = {"type", "message", "traceback", "worker", "attempt", "at"}
 
 
 def is_final(conn: psycopg.Connection[Any], job_id: int) -> bool:
     return state_of(conn, job_id) in {"completed", "discarded", "cancelled"}
-
-
-@pytest.fixture
-def empty_dsn() -> Iterator[str]:
-    """A fresh database on the test server without pgqueue's schema."""
-    name = f"pgqueue_empty_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server_dsn(), autocommit=True) as c:
-        c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield server_dsn(name)
-    finally:
-        with psycopg.connect(server_dsn(), autocommit=True) as c:
-            c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 # -- running handlers -----------------------------------------------------------------
