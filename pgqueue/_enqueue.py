@@ -145,9 +145,15 @@ def translate(exc: psycopg.Error) -> Exception:
 # -- one job ---------------------------------------------------------------------------
 
 
+def _query(schema: str, spec: JobSpec) -> bytes:
+    # Keyed jobs need the function's race-safe lookup of the live holder; the rest take
+    # a plain INSERT (same rules, no PL/pgSQL).
+    return queries_for(schema)["job_enqueue" if spec.unique_key is not None else "job_insert"]
+
+
 def enqueue_one(conn: psycopg.Connection[Any], schema: str, spec: JobSpec) -> int:
     try:
-        row = conn.execute(queries_for(schema)["job_enqueue"], _params(spec)).fetchone()
+        row = conn.execute(_query(schema, spec), _params(spec)).fetchone()
     except psycopg.Error as exc:
         raise translate(exc) from exc
     assert row is not None
@@ -156,7 +162,7 @@ def enqueue_one(conn: psycopg.Connection[Any], schema: str, spec: JobSpec) -> in
 
 async def enqueue_one_async(conn: psycopg.AsyncConnection[Any], schema: str, spec: JobSpec) -> int:
     try:
-        cur = await conn.execute(queries_for(schema)["job_enqueue"], _params(spec))
+        cur = await conn.execute(_query(schema, spec), _params(spec))
         row = await cur.fetchone()
     except psycopg.Error as exc:
         raise translate(exc) from exc

@@ -9,6 +9,21 @@ SELECT {schema}.enqueue(
     coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
     %(unique_key)s, %(max_attempts)s)
 
+-- name: job_insert
+-- One job without a unique_key: a plain INSERT into the live partition plus its wake-up,
+-- in one statement (no PL/pgSQL on the common path). Same rules as enqueue(): due now ->
+-- 'available' and NOTIFY with the queue name; run_at in the future -> 'scheduled'.
+WITH job AS (
+    SELECT coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)) AS run_at
+), ins AS (
+    INSERT INTO {schema}.jobs_live (task, args, queue, priority, run_at, max_attempts, state)
+    SELECT %(task)s, %(args)s::jsonb, %(queue)s, %(priority)s, job.run_at, %(max_attempts)s,
+           CASE WHEN job.run_at <= now() THEN 'available' ELSE 'scheduled' END::{schema}.job_state
+    FROM job
+    RETURNING id, state, queue
+)
+SELECT id, CASE WHEN state = 'available' THEN pg_notify({channel}, queue) END FROM ins
+
 -- name: job_copy
 -- COPY target for enqueue_many: rows go straight into the live partition.
 COPY {schema}.jobs_live (task, args, queue, priority, run_at, state, max_attempts)
