@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .errors import ConfigError, InvalidQueueError
 
@@ -77,8 +77,6 @@ class WorkerConfig:
     default_max_attempts: int = 20
     #: Identifies this process in job rows and errors; generated when empty.
     worker_id: str = ""
-    #: Extra settings for custom code; never read by pgqueue.
-    extra: dict[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         if self.queues is not None:

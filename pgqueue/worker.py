@@ -330,7 +330,7 @@ class Worker:
             elif attempt.committed:
                 # Transactional success: the completion committed with the handler's writes.
                 self._held.pop(job.id, None)
-                self._log_outcome(job, JobState.COMPLETED, written=True)
+                self._log_outcome(job, JobState.COMPLETED)
                 self.stats.completed += 1
             else:
                 self._held.pop(job.id, None)
@@ -385,9 +385,9 @@ class Worker:
             self.stats.discarded += 1
         elif outcome.state is JobState.CANCELLED:
             self.stats.cancelled += 1
-        self._log_outcome(job, outcome.state, written=True, outcome=outcome)
+        self._log_outcome(job, outcome.state, outcome)
 
-    def _log_outcome(self, job: Job, state: JobState, *, written: bool, outcome: Outcome | None = None) -> None:
+    def _log_outcome(self, job: Job, state: JobState, outcome: Outcome | None = None) -> None:
         started = self._started_at.pop(job.id, None)
         if not log.isEnabledFor(logging.INFO):
             return

@@ -187,10 +187,3 @@ WITH locked AS MATERIALIZED (
     SELECT pg_notify({channel}, q) FROM (SELECT DISTINCT queue FROM released) AS r(q)
 )
 SELECT (SELECT count(*) FROM released), (SELECT count(*) FROM notified)
-
--- name: job_get
--- One job by id, live or finished.
-SELECT id, queue, task, args, state, priority, run_at, attempt, max_attempts, unique_key,
-       errors, created_at, started_at, finished_at, worker_id, lease_expires_at
-FROM {schema}.jobs
-WHERE id = %(id)s
