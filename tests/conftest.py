@@ -27,6 +27,8 @@ from pytest_postgresql import factories
 import pgqueue
 from pgqueue.migrate import migrate
 
+pytest_plugins = ["tests.enqueue_support"]
+
 _embedded: Any = None
 
 
