@@ -132,6 +132,10 @@ def state_of(conn: psycopg.Connection[Any], job_id: int) -> str | None:
     return None if row is None else str(row[0])
 
 
+def is_final(conn: psycopg.Connection[Any], job_id: int) -> bool:
+    return state_of(conn, job_id) in {"completed", "discarded", "cancelled"}
+
+
 def rows_for(conn: psycopg.Connection[Any], job_id: int) -> int:
     row = conn.execute("SELECT count(*) FROM pgqueue.jobs WHERE id = %s", [job_id]).fetchone()
     assert row is not None
