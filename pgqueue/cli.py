@@ -2,7 +2,8 @@
 
 Every command takes ``--dsn`` (or ``$PGQUEUE_DSN``; with neither, the embedded
 PostgreSQL) and ``--schema`` (or ``$PGQUEUE_SCHEMA``). Errors print one clear line to
-stderr and exit non-zero.
+stderr and exit non-zero. Shared options and helpers live in ``_cli_common``; command
+groups other than the core ones live in their own ``cli_*`` modules, registered below.
 """
 
 from __future__ import annotations
@@ -10,63 +11,14 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated
 
-import psycopg
 import typer
-from rich.console import Console
 
+from ._cli_common import DsnOpt, SchemaOpt, app, connect, console, fail, guard, resolve_dsn
 from .config import WorkerConfig
-from .errors import DatabaseUnavailableError, PgQueueError
 
 __all__ = ["app", "main"]
-
-app = typer.Typer(
-    name="pgqueue",
-    help="pgqueue: a transactional job queue and cron scheduler on PostgreSQL.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-console = Console()
-err = Console(stderr=True)
-
-DsnOpt = Annotated[
-    str | None,
-    typer.Option("--dsn", envvar="PGQUEUE_DSN", help="PostgreSQL connection string (default: embedded server)."),
-]
-SchemaOpt = Annotated[str, typer.Option("--schema", envvar="PGQUEUE_SCHEMA", help="Schema holding pgqueue's tables.")]
-T = TypeVar("T")
-
-
-def _fail(message: str, code: int = 1) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    return typer.Exit(code)
-
-
-def _guard(fn: Callable[[], T]) -> T:
-    """Run ``fn``, turning expected failures into one line and a non-zero exit."""
-    try:
-        return fn()
-    except PgQueueError as exc:
-        raise _fail(str(exc)) from None
-    except psycopg.OperationalError as exc:
-        raise _fail(str(DatabaseUnavailableError.from_exc(exc))) from None
-    except psycopg.Error as exc:
-        raise _fail(f"database error: {str(exc).strip().splitlines()[0]}") from None
-
-
-def _resolve_dsn(dsn: str | None) -> str:
-    if dsn:
-        return dsn
-    from .embedded import embedded_dsn
-
-    return embedded_dsn()
-
-
-def _connect(dsn: str | None) -> psycopg.Connection[Any]:
-    return psycopg.connect(_resolve_dsn(dsn), autocommit=True, connect_timeout=10)
 
 
 @app.command()
@@ -82,7 +34,7 @@ def migrate(
     from .migrate import migrate as run_migrate
 
     def go() -> None:
-        with _connect(dsn) as conn:
+        with connect(dsn) as conn:
             applied = run_migrate(conn, schema, max_payload_bytes=max_payload_bytes)
             version = current_version(conn, schema)
         if applied:
@@ -90,7 +42,7 @@ def migrate(
         else:
             console.print(f"schema [bold]{schema}[/]: up to date at version {version}")
 
-    _guard(go)
+    guard(go)
 
 
 @app.command()
@@ -115,7 +67,7 @@ def work(
 
     level = getattr(logging, log_level.upper(), None)
     if not isinstance(level, int):
-        raise _fail(f"unknown log level {log_level!r}")
+        raise fail(f"unknown log level {log_level!r}")
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     def go() -> int:
@@ -132,7 +84,7 @@ def work(
             return run_worker(target, dsn, schema, config)
         return run_processes(target, dsn, schema, config, processes, level)
 
-    raise typer.Exit(_guard(go))
+    raise typer.Exit(guard(go))
 
 
 @app.command()
@@ -153,9 +105,9 @@ def enqueue(
     try:
         parsed = json.loads(args)
     except json.JSONDecodeError as exc:
-        raise _fail(f"--args is not valid JSON: {exc}") from None
+        raise fail(f"--args is not valid JSON: {exc}") from None
     if not isinstance(parsed, dict):
-        raise _fail("--args must be a JSON object, like '{\"user_id\": 42}'")
+        raise fail("--args must be a JSON object, like '{\"user_id\": 42}'")
 
     def go() -> int:
         spec = _enqueue.make_spec(
@@ -171,10 +123,10 @@ def enqueue(
         )
         from ._sql import validate_schema
 
-        with _connect(dsn) as conn:
+        with connect(dsn) as conn:
             return _enqueue.enqueue_one(conn, validate_schema(schema), spec)
 
-    console.print(_guard(go))
+    console.print(guard(go))
 
 
 @app.command()
@@ -187,7 +139,7 @@ def demo(
     """A self-contained showcase: migrate, enqueue, run workers, show live progress."""
     from .demo import run_demo
 
-    _guard(lambda: run_demo(_resolve_dsn(dsn), schema, jobs, concurrency, console))
+    guard(lambda: run_demo(resolve_dsn(dsn), schema, jobs, concurrency, console))
 
 
 def main() -> None:

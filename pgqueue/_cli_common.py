@@ -1,0 +1,63 @@
+"""Shared pieces of the command line: options, error handling, connections, consoles.
+
+Each command group lives in its own ``cli_*`` module and registers on :data:`app`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+import psycopg
+import typer
+from rich.console import Console
+
+from .errors import DatabaseUnavailableError, PgQueueError
+
+__all__ = ["DsnOpt", "SchemaOpt", "app", "console", "err", "fail", "guard", "connect", "resolve_dsn"]
+
+app = typer.Typer(
+    name="pgqueue",
+    help="pgqueue: a transactional job queue and cron scheduler on PostgreSQL.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err = Console(stderr=True)
+
+DsnOpt = Annotated[
+    str | None,
+    typer.Option("--dsn", envvar="PGQUEUE_DSN", help="PostgreSQL connection string (default: embedded server)."),
+]
+SchemaOpt = Annotated[str, typer.Option("--schema", envvar="PGQUEUE_SCHEMA", help="Schema holding pgqueue's tables.")]
+T = TypeVar("T")
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def guard(fn: Callable[[], T]) -> T:
+    """Run ``fn``, turning expected failures into one line and a non-zero exit."""
+    try:
+        return fn()
+    except PgQueueError as exc:
+        raise fail(str(exc)) from None
+    except psycopg.OperationalError as exc:
+        raise fail(str(DatabaseUnavailableError.from_exc(exc))) from None
+    except psycopg.Error as exc:
+        raise fail(f"database error: {str(exc).strip().splitlines()[0]}") from None
+
+
+def resolve_dsn(dsn: str | None) -> str:
+    if dsn:
+        return dsn
+    from .embedded import embedded_dsn
+
+    return embedded_dsn()
+
+
+def connect(dsn: str | None) -> psycopg.Connection[Any]:
+    return psycopg.connect(resolve_dsn(dsn), autocommit=True, connect_timeout=10)
