@@ -1,0 +1,162 @@
+"""Retention: finished jobs are removed by dropping whole day partitions, never by DELETE.
+
+A day partition of a final state is dropped once its whole day (UTC) is older than that
+state's retention: rows are kept at least the retention and at most one day longer.
+Yesterday's and today's partitions are never dropped (partition maintenance keeps them
+created). Each DROP runs in its own short transaction under the partition advisory lock
+(the one ``ensure_partitions`` takes, so one process at a time) with a lock timeout, so a
+DROP waiting for a busy parent gives up and is tried again at the next run instead of
+queueing completions behind it.
+
+The retention each run applied is recorded in the ``settings`` table
+(``retention.<state>`` = seconds, or null for "kept forever") for ``pgqueue status``.
+The same run removes worker registrations that expired long ago, and summarises the new
+block ranges of the recent partitions' BRIN indexes (``summarize_recent``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+import psycopg
+import psycopg.errors
+
+from ._partitions import drop_day, lock_name
+from ._registry import DEAD_WORKER_GRACE
+from ._sql import queries_for
+from .config import WorkerConfig
+from .errors import ConfigError
+from .models import JobState
+
+__all__ = [
+    "RetentionResult",
+    "apply_retention",
+    "expired_partitions",
+    "parse_duration",
+    "retention_of",
+    "summarize_recent",
+]
+
+log = logging.getLogger("pgqueue.retention")
+
+_PARENT_STATE = {"jobs_completed": "completed", "jobs_discarded": "discarded", "jobs_cancelled": "cancelled"}
+
+
+@dataclass
+class RetentionResult:
+    leader: bool = False
+    dropped: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # lock timeout: tried again next run
+    registrations_removed: int = 0
+
+
+def retention_of(config: WorkerConfig) -> dict[str, float | None]:
+    """Seconds kept per final state from a :class:`~pgqueue.WorkerConfig`; None = forever."""
+    values = {
+        JobState.COMPLETED.value: config.retention_completed,
+        JobState.DISCARDED.value: config.retention_discarded,
+        JobState.CANCELLED.value: config.retention_cancelled,
+    }
+    return {state: (float(v) if v else None) for state, v in values.items()}
+
+
+def expired_partitions(
+    partitions: list[tuple[str, str, date]], retention: Mapping[str, float | None], now: datetime
+) -> list[str]:
+    """Names of the partitions whose whole day ended more than the retention ago.
+
+    ``partitions`` are (parent, child, day) rows; ``now`` is the database clock.
+    """
+    today = now.astimezone(UTC).date()
+    out: list[str] = []
+    for parent, child, day in partitions:
+        keep = retention.get(_PARENT_STATE.get(parent, ""))
+        if keep is None or day >= today - timedelta(days=1):
+            continue
+        day_end = datetime(day.year, day.month, day.day, tzinfo=UTC) + timedelta(days=1)
+        if day_end <= now - timedelta(seconds=keep):
+            out.append(child)
+    return out
+
+
+def apply_retention(
+    conn: psycopg.Connection[Any], schema: str, retention: Mapping[str, float | None], *, by: str
+) -> RetentionResult:
+    """Drop expired finished-job partitions and stale registrations; ``conn`` is autocommit.
+
+    Does nothing (``leader=False``) while another process holds the partition lock.
+    """
+    q = queries_for(schema)
+    result = RetentionResult()
+    lock = {"lock_name": lock_name(schema)}
+    with conn.transaction():
+        got = conn.execute(q["partition_lock"], lock).fetchone()
+        if not got or not got[0]:
+            return result
+        result.leader = True
+        now_row = conn.execute(q["retention_now"]).fetchone()
+        assert now_row is not None
+        now: datetime = now_row[0]
+        rows = conn.execute(q["retention_partitions"], {"schema": schema}).fetchall()
+        expired = expired_partitions([(r[0], r[1], r[2]) for r in rows], retention, now)
+        names = [f"retention.{state}" for state in retention]
+        values = [json.dumps(v) for v in retention.values()]
+        conn.execute(q["settings_put"], {"names": names, "values": values, "by": by})
+        removed = conn.execute(q["registry_cleanup"], {"grace": DEAD_WORKER_GRACE}).fetchone()
+        result.registrations_removed = int(removed[0]) if removed else 0
+    summarize_recent(conn, schema)
+    for child in expired:
+        try:
+            with conn.transaction():
+                got = conn.execute(q["partition_lock"], lock).fetchone()
+                if not got or not got[0]:
+                    result.skipped.append(child)
+                    continue
+                conn.execute("SET LOCAL lock_timeout = '1s'")
+                drop_day(conn, schema, child)  # as the owner, or through its function (worker role)
+            result.dropped.append(child)
+        except psycopg.errors.LockNotAvailable:
+            result.skipped.append(child)
+    if result.dropped:
+        log.info("retention: dropped %d finished-job partitions: %s", len(result.dropped), ", ".join(result.dropped))
+    if result.skipped:
+        log.warning("retention: %d partitions busy, will retry: %s", len(result.skipped), ", ".join(result.skipped))
+    if result.registrations_removed:
+        log.info("removed %d registrations of workers that died", result.registrations_removed)
+    return result
+
+
+def summarize_recent(conn: psycopg.Connection[Any], schema: str) -> int:
+    """Summarise new block ranges of the BRIN indexes on today's and yesterday's finished
+    partitions, so the views' time windows skip all but the recent ranges even where
+    autovacuum (which would summarise them) is off or slow. Returns the ranges added."""
+    q = queries_for(schema)
+    added = 0
+    try:
+        for (index,) in conn.execute(q["brin_recent_indexes"], {"schema": schema}).fetchall():
+            row = conn.execute(q["brin_summarize"], {"index": index}).fetchone()
+            added += int(row[0]) if row else 0
+    except psycopg.errors.InsufficientPrivilege as exc:
+        log.debug("cannot summarise BRIN indexes (%s); leaving it to autovacuum", exc)
+    return added
+
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from ``"90"``, ``"90s"``, ``"15m"``, ``"36h"``, ``"14d"``, ``"2w"``;
+    ``"forever"`` (or ``"0"``) gives 0, meaning keep forever."""
+    if text.strip().lower() in {"forever", "never"}:
+        return 0.0
+    match = _DURATION.match(text.lower())
+    if not match:
+        raise ConfigError(f"invalid duration {text!r}: use a number with s, m, h, d or w (e.g. 36h, 14d) or 'forever'")
+    return float(match[1]) * _UNITS[match[2] or "s"]

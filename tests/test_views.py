@@ -1,0 +1,306 @@
+"""The inspection views: what they report, that every column is documented, and that
+they stay index-driven on a table of 1,000,000 finished jobs (EXPLAIN)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from pgqueue._retention import summarize_recent
+from pgqueue.migrate import migrate
+
+Conn = psycopg.Connection[Any]
+VIEWS = ("queue_stats", "failures", "workers", "health", "retention")
+
+
+def rows(conn: Conn, query: str, params: Any = None) -> list[dict[str, Any]]:
+    cur = conn.execute(query, params)
+    assert cur.description is not None
+    names = [c.name for c in cur.description]
+    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
+def insert_job(conn: Conn, **cols: Any) -> int:
+    cols.setdefault("task", "t")
+    cols.setdefault("queue", "a")
+    for key in ("errors", "args"):
+        if key in cols:
+            cols[key] = json.dumps(cols[key])
+    names = list(cols)
+    values = sql.SQL(", ").join(sql.SQL(str(cols[n])) if n.endswith("_sql") else sql.Placeholder(n) for n in names)
+    columns = sql.SQL(", ").join(sql.Identifier(n.removesuffix("_sql")) for n in names)
+    row = conn.execute(
+        sql.SQL("INSERT INTO pgqueue.jobs ({}) VALUES ({}) RETURNING id").format(columns, values),
+        {n: v for n, v in cols.items() if not n.endswith("_sql")},
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def error(type_: str, message: str, ago: str) -> str:
+    """An errors[] element whose time is ``now() - ago`` (built by the server)."""
+    return f"jsonb_build_object('type', '{type_}', 'message', '{message}', 'at', now() - interval '{ago}')"
+
+
+def insert_with_errors(conn: Conn, errors: list[str], **cols: Any) -> int:
+    job_id = insert_job(conn, **cols)
+    conn.execute(
+        sql.SQL("UPDATE pgqueue.jobs SET errors = jsonb_build_array({}) WHERE id = %s").format(
+            sql.SQL(", ").join(sql.SQL(e) for e in errors)  # test-only literals
+        ),
+        [job_id],
+    )
+    return job_id
+
+
+# -- what the views say --------------------------------------------------------------------
+
+
+def test_queue_stats_counts_lag_windows_and_failure_rate(conn: Conn) -> None:
+    insert_job(conn, state="available", run_at_sql="now() - interval '10 seconds'")
+    insert_job(conn, state="available", run_at_sql="now() - interval '1 second'")
+    insert_job(conn, state="scheduled", run_at_sql="now() + interval '1 hour'")
+    insert_job(
+        conn,
+        state="running",
+        attempt=1,
+        max_attempts=3,
+        lease_token_sql="gen_random_uuid()",
+        lease_expires_at_sql="now() + interval '30 seconds'",
+    )
+    insert_with_errors(
+        conn,
+        [error("builtins.ValueError", "old", "10 minutes"), error("builtins.ValueError", "new", "1 minute")],
+        state="retryable",
+        attempt=2,
+        max_attempts=3,
+    )
+    for ago in ("30 seconds", "3 minutes", "4 minutes", "10 minutes", "20 minutes"):
+        insert_job(conn, state="completed", attempt=1, finished_at_sql=f"now() - interval '{ago}'")
+    insert_with_errors(
+        conn,
+        [error("builtins.KeyError", "k", "30 seconds")],
+        state="discarded",
+        attempt=1,
+        finished_at_sql="now() - interval '30 seconds'",
+    )
+    insert_job(conn, state="discarded", attempt=1, finished_at_sql="now() - interval '10 minutes'")
+    insert_job(conn, queue="b", state="completed", attempt=1, finished_at_sql="now() - interval '2 minutes'")
+    insert_job(conn, queue="c", state="completed", attempt=1, finished_at_sql="now() - interval '16 minutes'")
+    insert_job(conn, queue="c", state="cancelled", finished_at_sql="now()")
+
+    stats = {r["queue"]: r for r in rows(conn, "SELECT * FROM pgqueue.queue_stats")}
+    assert set(stats) == {"a", "b"}  # c: nothing live, nothing completed/discarded in 15 min
+    a = stats["a"]
+    assert (a["available"], a["scheduled"], a["running"], a["retryable"]) == (2, 1, 1, 1)
+    assert 10 <= a["lag_seconds"] < 120
+    assert (a["completed_1m"], a["completed_5m"], a["completed_15m"]) == (1, 3, 4)
+    assert (a["discarded_1m"], a["discarded_5m"], a["discarded_15m"]) == (1, 1, 2)
+    # The retryable job's recent error and the discarded job's: 2 failed of 5 attempts.
+    assert a["failed_attempts_5m"] == 2
+    assert a["failure_rate_5m"] == pytest.approx(2 / 5)
+    b = stats["b"]
+    assert (b["available"], b["lag_seconds"], b["completed_5m"], b["failure_rate_5m"]) == (0, 0.0, 1, 0.0)
+    assert {type(v) for k, v in a.items() if k not in ("queue", "lag_seconds", "failure_rate_5m")} == {int}
+
+
+def test_failures_group_latest_errors_by_task_and_type(conn: Conn) -> None:
+    insert_with_errors(conn, [error("builtins.ValueError", "v", "2 minutes")], task="ta", state="retryable", attempt=1)
+    older = insert_with_errors(
+        conn,
+        [error("builtins.KeyError", "older", "3 hours")],
+        task="tb",
+        state="discarded",
+        attempt=1,
+        finished_at_sql="now() - interval '3 hours'",
+    )
+    newer = insert_with_errors(
+        conn,
+        [error("builtins.ValueError", "first try", "5 minutes"), error("builtins.KeyError", "newer", "1 minute")],
+        task="tb",
+        state="discarded",
+        attempt=2,
+        finished_at_sql="now() - interval '1 minute'",
+    )
+    # Not failures: a completed job that had failed once, and a cancelled one.
+    insert_with_errors(
+        conn, [error("builtins.OSError", "x", "1 minute")], task="tc", state="completed", finished_at_sql="now()"
+    )
+    insert_with_errors(
+        conn, [error("builtins.OSError", "x", "1 minute")], task="tc", state="cancelled", finished_at_sql="now()"
+    )
+    got = {(r["task"], r["error_type"]): r for r in rows(conn, "SELECT * FROM pgqueue.failures")}
+    assert set(got) == {("ta", "builtins.ValueError"), ("tb", "builtins.KeyError")}
+    tb = got[("tb", "builtins.KeyError")]
+    assert tb["count"] == 2
+    assert tb["last_message"] == "newer"
+    assert tb["last_job_id"] == newer != older
+    assert got[("ta", "builtins.ValueError")]["count"] == 1
+
+
+def test_health_reports_the_transaction_holding_back_vacuum(conn: Conn, dsn: str) -> None:
+    insert_job(conn, state="available")
+    with psycopg.connect(dsn) as holder:
+        holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        holder.execute("SELECT count(*) FROM pgqueue.jobs_live")  # takes the snapshot
+        (h,) = rows(conn, "SELECT * FROM pgqueue.health")
+        assert h["oldest_xact_pid"] == holder.info.backend_pid
+        assert h["oldest_xact_age_seconds"] >= 0
+        assert h["oldest_xmin_age_xids"] >= 0
+    (h,) = rows(conn, "SELECT * FROM pgqueue.health")
+    assert h["oldest_xact_pid"] is None
+    assert h["live_rows"] == 1
+    assert h["live_size_bytes"] > 0
+    assert h["workers_alive"] == 0
+    assert h["finished_partitions"] >= 3 * 4  # yesterday .. 2 days ahead, three states
+    assert h["oldest_finished_partition"] <= conn.execute("SELECT current_date").fetchone()[0]  # type: ignore[index]
+
+
+def test_every_view_column_is_documented(conn: Conn) -> None:
+    for view in VIEWS:
+        undocumented = conn.execute(
+            "SELECT a.attname FROM pg_attribute a WHERE a.attrelid = %s::regclass AND a.attnum > 0"
+            " AND NOT a.attisdropped AND col_description(a.attrelid, a.attnum) IS NULL",
+            [f"pgqueue.{view}"],
+        ).fetchall()
+        assert undocumented == [], f"{view}: {undocumented}"
+        comment = conn.execute("SELECT obj_description(%s::regclass, 'pg_class')", [f"pgqueue.{view}"]).fetchone()
+        assert comment is not None
+        assert comment[0], view
+
+
+# -- cost on a million finished jobs ----------------------------------------------------------
+
+BIG = "obs_big"
+PAST_DAYS = 6
+
+
+def plan_nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from plan_nodes(child)
+
+
+@pytest.fixture(scope="module")
+def big_dsn(postgresql_noproc: Any) -> Iterator[str]:
+    """A database with schema obs_big: 1,000,000 finished jobs over 7 day partitions
+    (400k of them today, in finish order, as a worker appends them) and 20k live jobs."""
+    from tests.conftest import server_dsn
+
+    name = "pgqueue_obs_big"
+    with psycopg.connect(server_dsn(), autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    dsn = server_dsn(name)
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            migrate(conn, BIG)
+            fill(conn)
+        yield dsn
+    finally:
+        with psycopg.connect(server_dsn(), autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def fill(conn: Conn) -> None:
+    s = sql.Identifier(BIG)
+    today = conn.execute("SELECT (now() AT TIME ZONE 'UTC')::date").fetchone()[0]  # type: ignore[index]
+    for state in ("completed", "discarded", "cancelled"):
+        for back in range(2, PAST_DAYS + 1):
+            day = today - timedelta(days=back)
+            conn.execute(
+                sql.SQL("CREATE TABLE {s}.{c} PARTITION OF {s}.{p} FOR VALUES FROM ({lo}) TO ({hi})").format(
+                    s=s,
+                    c=sql.Identifier(f"jobs_{state}_{day:%Y%m%d}"),
+                    p=sql.Identifier(f"jobs_{state}"),
+                    lo=sql.Literal(f"{day} 00:00:00+00"),
+                    hi=sql.Literal(f"{day + timedelta(days=1)} 00:00:00+00"),
+                )
+            )
+    # (rows, from, to): finished_at spread evenly and inserted in order; 1 in 10 is
+    # discarded with an error, 1 in 50 cancelled, the rest completed.
+    spans = [
+        (600_000, f"'{today - timedelta(days=PAST_DAYS)} 00:00:00+00'::timestamptz", f"'{today} 00:00:00+00'"),
+        (400_000, f"'{today} 00:00:00+00'::timestamptz", "now()"),
+    ]
+    for n, lo, hi in spans:
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {s}.jobs (task, queue, state, attempt, max_attempts, created_at, started_at,"
+                " finished_at, errors)"
+                " SELECT 'task_' || (g % 7), 'q' || (g % 5), st, 1, 1, f, f, f,"
+                "  CASE WHEN st = 'discarded' THEN jsonb_build_array(jsonb_build_object("
+                "   'type', 'builtins.ValueError', 'message', 'boom', 'at', f)) ELSE '[]'::jsonb END"
+                " FROM generate_series(1, {n}) AS g,"
+                "  LATERAL (SELECT {lo} + ({hi}::timestamptz - {lo}) * (g::float8 / {n}) AS f,"
+                "   (CASE WHEN g % 10 = 0 THEN 'discarded' WHEN g % 50 = 1 THEN 'cancelled'"
+                "    ELSE 'completed' END)::{s}.job_state AS st) AS x"
+            ).format(s=s, n=sql.Literal(n), lo=sql.SQL(lo), hi=sql.SQL(hi))
+        )
+    conn.execute(
+        sql.SQL(
+            "INSERT INTO {s}.jobs_live (task, queue, state, run_at, attempt, max_attempts, errors)"
+            " SELECT 'task_' || (g % 7), 'q' || (g % 5), st, now() - make_interval(secs => g % 600),"
+            "  CASE WHEN st = 'retryable' THEN 1 ELSE 0 END, 5,"
+            "  CASE WHEN st = 'retryable' THEN jsonb_build_array(jsonb_build_object("
+            "   'type', 'builtins.KeyError', 'message', 'k', 'at', now() - make_interval(secs => g % 900)))"
+            "  ELSE '[]'::jsonb END"
+            " FROM generate_series(1, 20000) AS g,"
+            "  LATERAL (SELECT (CASE WHEN g % 4 = 0 THEN 'retryable' WHEN g % 4 = 1 THEN 'scheduled'"
+            "   ELSE 'available' END)::{s}.job_state AS st) AS x"
+        ).format(s=s)
+    )
+    conn.execute(sql.SQL("ANALYZE {s}.jobs").format(s=s))
+    conn.execute(sql.SQL("ANALYZE {s}.jobs_live").format(s=s))
+    # What the maintenance leader does every partition_interval (autovacuum, if on, too).
+    assert summarize_recent(conn, BIG) > 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("view", VIEWS)
+def test_views_stay_index_driven_on_a_million_finished_jobs(big_dsn: str, view: str) -> None:
+    with psycopg.connect(big_dsn, autocommit=True) as conn:
+        total = conn.execute(sql.SQL("SELECT count(*) FROM {}.jobs").format(sql.Identifier(BIG))).fetchone()
+        assert total is not None
+        assert total[0] == 1_020_000
+        today = conn.execute("SELECT (now() AT TIME ZONE 'UTC')::date").fetchone()[0]  # type: ignore[index]
+        recent = {
+            f"jobs_{st}_{d:%Y%m%d}"
+            for st in ("completed", "discarded", "cancelled")
+            for d in (today - timedelta(days=1), today, today + timedelta(days=1))
+        }
+        query = sql.SQL("SELECT * FROM {}.{}").format(sql.Identifier(BIG), sql.Identifier(view))
+        explain = conn.execute(sql.SQL("EXPLAIN (FORMAT JSON) {}").format(query)).fetchone()
+        assert explain is not None
+        nodes = list(plan_nodes(explain[0][0]["Plan"]))
+        relations = {n["Relation Name"] for n in nodes if "Relation Name" in n}
+        finished = {r for r in relations if r.startswith(("jobs_completed_", "jobs_discarded_", "jobs_cancelled_"))}
+        # Windows touch only the recent day partitions (the rest are pruned at start;
+        # tomorrow's only within an hour of midnight) ...
+        assert finished <= recent, f"{view} reads old partitions: {sorted(finished - recent)}"
+        seq = {n["Relation Name"] for n in nodes if n["Node Type"] == "Seq Scan" and n.get("Relation Name") in finished}
+        if view == "queue_stats":
+            # ... and never scan them whole: the BRIN index on finished_at narrows today's
+            # to the last 15 minutes.
+            assert not seq, f"{view}: sequential scan of {seq}"
+        if view == "failures":
+            # Every job discarded in the last 24 hours is read (the view groups them all):
+            # only the discarded partitions of today and yesterday.
+            assert {r.rsplit("_", 1)[0] for r in finished} == {"jobs_discarded"}
+        if view in ("health", "retention", "workers"):
+            assert not finished, f"{view} should not read finished jobs at all"
+
+        timings = []
+        for _ in range(3):
+            analyzed = conn.execute(sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) {}").format(query)).fetchone()
+            assert analyzed is not None
+            doc = analyzed[0][0]
+            timings.append(doc["Planning Time"] + doc["Execution Time"])
+        print(f"\nEXPLAIN ANALYZE {view}: best {min(timings):.2f} ms of {', '.join(f'{t:.2f}' for t in timings)}")
