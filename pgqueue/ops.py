@@ -1,0 +1,431 @@
+"""Operations on jobs and a status snapshot: the library API behind ``pgqueue jobs`` and
+``pgqueue status``/``top``, usable from any Python code with a psycopg connection.
+
+Every function takes the caller's connection and the schema name (validated, always
+quoted); values are bound parameters. Read functions never write. ``retry_jobs`` and
+``purge_jobs`` commit in batches, so give them a connection with no transaction open.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+import psycopg.errors
+from psycopg import sql
+from psycopg.rows import dict_row
+
+from ._partitions import lock_name as partition_lock_name
+from ._sql import validate_schema
+from ._status import FailureGroup, Health, QueueStats, StatusSnapshot, WorkerInfo, status, translate_errors
+from .errors import ConfigError, JobNotFoundError, PgQueueError
+from .models import FINAL_STATES, JobState
+
+__all__ = [
+    "FailureGroup",
+    "Health",
+    "JobDetail",
+    "JobError",
+    "JobSummary",
+    "PurgeResult",
+    "RetryResult",
+    "QueueStats",
+    "StatusSnapshot",
+    "WorkerInfo",
+    "cancel_job",
+    "get_job",
+    "jsonable",
+    "list_jobs",
+    "parse_duration",
+    "purge_jobs",
+    "retry_job",
+    "retry_jobs",
+    "status",
+]
+
+Conn = psycopg.Connection[Any]
+MAX_LIST_LIMIT = 10_000
+
+# -- results ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JobError:
+    """One failed attempt, as the worker (or the rescuer) recorded it."""
+
+    attempt: int | None
+    type: str
+    message: str
+    traceback: str | None
+    worker: str | None
+    at: datetime | None
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> JobError:
+        at = obj.get("at")
+        return cls(
+            attempt=obj.get("attempt"),
+            type=str(obj.get("type") or "Error"),
+            message=str(obj.get("message") or ""),
+            traceback=obj.get("traceback"),
+            worker=obj.get("worker"),
+            at=datetime.fromisoformat(at) if isinstance(at, str) else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JobSummary:
+    """A job as ``list_jobs`` returns it: everything but its arguments and full errors."""
+
+    id: int
+    queue: str
+    task: str
+    state: JobState
+    priority: int
+    attempt: int
+    max_attempts: int | None
+    run_at: datetime
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    unique_key: str | None
+    worker_id: str | None
+    error_count: int
+    last_error: str | None  #: "Type: message" of the latest failed attempt
+
+
+@dataclass(frozen=True, slots=True)
+class JobDetail(JobSummary):
+    """A job with its arguments and every failed attempt (``get_job``)."""
+
+    args: dict[str, Any]
+    errors: list[JobError]
+    lease_expires_at: datetime | None
+    cancel_requested_at: datetime | None  #: an operator asked the running job to stop
+
+
+@dataclass(frozen=True, slots=True)
+class RetryResult:
+    retried: int  #: jobs put back to available
+    skipped: int  #: left as they were: a live job holds their unique_key
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeResult:
+    state: JobState
+    cutoff: datetime  #: rows finished before this instant (database clock) were removed
+    dropped_partitions: list[str]
+    dropped_rows_estimate: int  #: from the planner's statistics of the dropped partitions
+    deleted_rows: int  #: removed by batched DELETE from the boundary partition(s)
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> timedelta:
+    """``"7d"``, ``"12h"``, ``"90m"``, ``"1d12h"``, ``"30s"``, ``"2w"`` → timedelta."""
+    compact = text.strip().lower().replace(" ", "")
+    parts = _DURATION_PART.findall(compact)
+    if not compact or "".join(n + u for n, u in parts) != compact:
+        raise ConfigError(f"invalid duration {text!r}: use a number and a unit s, m, h, d or w, like 7d or 12h")
+    return timedelta(seconds=sum(float(n) * _UNIT_SECONDS[u] for n, u in parts))
+
+
+def _state(value: str | JobState) -> JobState:
+    try:
+        return JobState(value)
+    except ValueError:
+        raise ConfigError(f"unknown state {value!r}: use one of {', '.join(s.value for s in JobState)}") from None
+
+
+def jsonable(value: Any) -> Any:
+    """Results as JSON-ready values: dataclasses → dicts, times → ISO 8601, enums → values."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    return value
+
+
+_JOB_COLUMNS = sql.SQL(
+    "id, queue, task, state::text AS state, priority, attempt, max_attempts, run_at, created_at,"
+    " started_at, finished_at, unique_key, worker_id, jsonb_array_length(errors) AS error_count,"
+    " CASE WHEN jsonb_array_length(errors) > 0 THEN"
+    " coalesce(errors -> -1 ->> 'type', 'Error') || ': ' || coalesce(errors -> -1 ->> 'message', '')"
+    " END AS last_error"
+)
+
+
+def _summary_kwargs(row: Mapping[str, Any]) -> dict[str, Any]:
+    names = [f.name for f in dataclasses.fields(JobSummary)]
+    out = {n: row[n] for n in names}
+    out["state"] = JobState(row["state"])
+    return out
+
+
+# -- jobs ---------------------------------------------------------------------------------
+
+
+def list_jobs(
+    conn: Conn,
+    schema: str = "pgqueue",
+    *,
+    state: str | JobState | None = None,
+    queue: str | None = None,
+    task: str | None = None,
+    limit: int = 50,
+) -> list[JobSummary]:
+    """The most recent jobs (highest id first) matching every given filter.
+
+    A ``state`` filter reads only that state's partition. Rows come from each partition's
+    id index in descending order, so the cost grows with ``limit`` (and with how rare a
+    ``queue``/``task`` filter is), not with the table's size.
+    """
+    if not 1 <= limit <= MAX_LIST_LIMIT:
+        raise ConfigError(f"limit must be between 1 and {MAX_LIST_LIMIT}, got {limit}")
+    s = sql.Identifier(validate_schema(schema))
+    where: list[sql.Composable] = []
+    params: dict[str, Any] = {"limit": limit}
+    if state is not None:
+        params["state"] = _state(state).value
+        where.append(sql.SQL("state = %(state)s::{}.job_state").format(s))
+    if queue is not None:
+        params["queue"] = queue
+        where.append(sql.SQL("queue = %(queue)s"))
+    if task is not None:
+        params["task"] = task
+        where.append(sql.SQL("task = %(task)s"))
+    query = sql.SQL("SELECT {cols} FROM {s}.jobs {where} ORDER BY id DESC LIMIT %(limit)s").format(
+        cols=_JOB_COLUMNS,
+        s=s,
+        where=sql.SQL("WHERE ") + sql.SQL(" AND ").join(where) if where else sql.SQL(""),
+    )
+    with translate_errors(schema), conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(query, params).fetchall()
+    return [JobSummary(**_summary_kwargs(r)) for r in rows]
+
+
+def get_job(conn: Conn, schema: str, job_id: int) -> JobDetail:
+    """One job by id, from whichever partition holds it (one id-index probe per partition).
+
+    Raises:
+        JobNotFoundError: no job has this id (it never existed or was purged).
+    """
+    s = sql.Identifier(validate_schema(schema))
+    query = sql.SQL(
+        "SELECT {cols}, args, errors, lease_expires_at, cancel_requested_at FROM {s}.jobs WHERE id = %(id)s"
+    ).format(cols=_JOB_COLUMNS, s=s)
+    with translate_errors(schema), conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(query, {"id": job_id}).fetchone()
+    if row is None:
+        raise JobNotFoundError(f"no job with id {job_id}")
+    return JobDetail(
+        **_summary_kwargs(row),
+        args=row["args"],
+        errors=[JobError.from_json(e) for e in row["errors"] if isinstance(e, Mapping)],
+        lease_expires_at=row["lease_expires_at"],
+        cancel_requested_at=row["cancel_requested_at"],
+    )
+
+
+def _job_state(conn: Conn, schema: str, job_id: int) -> JobState | None:
+    query = sql.SQL("SELECT state::text FROM {}.jobs WHERE id = %s").format(sql.Identifier(schema))
+    row = conn.execute(query, [job_id]).fetchone()
+    return None if row is None else JobState(row[0])
+
+
+def cancel_job(conn: Conn, schema: str, job_id: int) -> JobState:
+    """Cancel a job; returns its state afterwards.
+
+    ``cancelled``: done (a waiting job is cancelled at once). ``running``: the job's worker
+    was asked to stop it and will cancel it at its next check. ``completed`` or
+    ``discarded``: it had already finished, nothing changed.
+
+    Raises:
+        JobNotFoundError: no job has this id.
+    """
+    s = sql.Identifier(validate_schema(schema))
+    with translate_errors(schema):
+        row = conn.execute(sql.SQL("SELECT {}.cancel_job(%s)::text").format(s), [job_id]).fetchone()
+    if row is None or row[0] is None:
+        raise JobNotFoundError(f"no job with id {job_id}")
+    return JobState(row[0])
+
+
+def retry_job(conn: Conn, schema: str, job_id: int) -> bool:
+    """Put a discarded or cancelled job back to ``available`` (attempts start over).
+
+    Returns False, changing nothing, when the job is in any other state.
+
+    Raises:
+        JobNotFoundError: no job has this id.
+    """
+    s = sql.Identifier(validate_schema(schema))
+    with translate_errors(schema):
+        row = conn.execute(sql.SQL("SELECT {}.retry_job(%s)").format(s), [job_id]).fetchone()
+        if row is not None and row[0]:
+            return True
+        if _job_state(conn, schema, job_id) is None:
+            raise JobNotFoundError(f"no job with id {job_id}")
+    return False
+
+
+def retry_jobs(
+    conn: Conn,
+    schema: str = "pgqueue",
+    *,
+    state: str | JobState = JobState.DISCARDED,
+    task: str | None = None,
+    batch_size: int = 1000,
+) -> RetryResult:
+    """Retry every ``discarded`` (or ``cancelled``) job, optionally of one task.
+
+    Works through the jobs in id order, ``batch_size`` per transaction, so it never holds
+    many locks for long. A job whose ``unique_key`` is held by a live job stays as it is
+    (the key is taken by the first of several sharing it); these are counted as skipped.
+    """
+    st = _state(state)
+    if st not in (JobState.DISCARDED, JobState.CANCELLED):
+        raise ConfigError("only discarded or cancelled jobs can be retried")
+    if batch_size < 1:
+        raise ConfigError("batch_size must be at least 1")
+    s = sql.Identifier(validate_schema(schema))
+    query = sql.SQL(
+        "WITH candidates AS ("
+        " SELECT id, unique_key FROM {s}.{part} WHERE id > %(after)s AND (%(task)s::text IS NULL OR task = %(task)s)"
+        " ORDER BY id LIMIT %(batch)s),"
+        " picked AS ("
+        " SELECT DISTINCT ON (coalesce(c.unique_key, c.id::text)) c.id FROM candidates AS c"
+        " WHERE c.unique_key IS NULL"
+        " OR NOT EXISTS (SELECT FROM {s}.jobs_live AS l WHERE l.unique_key = c.unique_key)"
+        " ORDER BY coalesce(c.unique_key, c.id::text), c.id DESC)"
+        " SELECT (SELECT count(*) FILTER (WHERE {s}.retry_job(id)) FROM picked),"
+        " (SELECT count(*) FROM candidates), (SELECT max(id) FROM candidates)"
+    ).format(s=s, part=sql.Identifier(f"jobs_{st.value}"))
+    retried, seen, after = 0, 0, 0
+    with translate_errors(schema):
+        while True:
+            with conn.transaction():
+                row = conn.execute(query, {"after": after, "task": task, "batch": batch_size}).fetchone()
+            if row is None or row[2] is None:
+                return RetryResult(retried, seen - retried)
+            retried += int(row[0])
+            seen += int(row[1])
+            after = int(row[2])
+
+
+# -- purge --------------------------------------------------------------------------------
+
+_PARTITION_DAY = re.compile(r"^jobs_(completed|discarded|cancelled)_(\d{8})$")
+
+
+def purge_jobs(
+    conn: Conn,
+    schema: str,
+    *,
+    state: str | JobState,
+    older_than: timedelta,
+    batch_size: int = 5000,
+    lock_timeout: float = 5.0,
+) -> PurgeResult:
+    """Remove ``state`` jobs that finished more than ``older_than`` ago (database clock).
+
+    Finished jobs live in one partition per UTC day. Each day older than yesterday that
+    lies wholly before the cutoff is dropped as a table: instant, no dead tuples, no vacuum
+    debt, but the DROP takes a brief ACCESS EXCLUSIVE lock on the state's parent table
+    (finishing workers wait for it; after ``lock_timeout`` seconds the purge stops with
+    :class:`~pgqueue.PgQueueError` and can simply be run again). Older rows of the day that
+    straddles the cutoff (and of yesterday and today, which are never dropped) are deleted
+    in id-ordered batches of ``batch_size``, one transaction each: they leave dead tuples
+    for vacuum but never lock the parent.
+    Only final states can be purged; live jobs are never touched.
+    """
+    st = _state(state)
+    if st not in FINAL_STATES:
+        raise ConfigError(f"cannot purge {st.value!r} jobs: only completed, discarded or cancelled jobs can be purged")
+    if older_than < timedelta(0):
+        raise ConfigError("older_than must not be negative")
+    if batch_size < 1:
+        raise ConfigError("batch_size must be at least 1")
+    s = sql.Identifier(validate_schema(schema))
+    parent = f"jobs_{st.value}"
+    with translate_errors(schema):
+        row = conn.execute("SELECT now() - %s::interval, (now() AT TIME ZONE 'UTC')::date", [older_than]).fetchone()
+        assert row is not None
+        cutoff: datetime = row[0]
+        today: date = row[1]
+        children = conn.execute(
+            "SELECT c.relname, c.reltuples::bigint FROM pg_inherits i"
+            " JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent"
+            " JOIN pg_namespace n ON n.oid = p.relnamespace WHERE n.nspname = %s AND p.relname = %s",
+            [schema, parent],
+        ).fetchall()
+        dropped: list[str] = []
+        estimate = 0
+        for name, reltuples in sorted(children):
+            match = _PARTITION_DAY.match(name)
+            if not match or match[1] != st.value:
+                continue
+            day = datetime.strptime(match[2], "%Y%m%d").replace(tzinfo=UTC)
+            # Yesterday's and today's partitions stay (a completion whose transaction began
+            # before midnight still lands in yesterday's); their old rows go by DELETE.
+            if day + timedelta(days=1) <= cutoff and day.date() < today - timedelta(days=1):
+                _drop_partition(conn, schema, name, lock_timeout)
+                dropped.append(name)
+                estimate += max(int(reltuples), 0)
+        # What is left before the cutoff sits in the boundary day (partition pruning keeps
+        # the DELETE there); keyset on id so every batch reads only rows not yet seen.
+        delete = sql.SQL(
+            "WITH doomed AS (SELECT id FROM {s}.{p} WHERE finished_at < %(cutoff)s AND id > %(after)s"
+            " ORDER BY id LIMIT %(batch)s),"
+            " gone AS (DELETE FROM {s}.{p} WHERE finished_at < %(cutoff)s AND id IN (SELECT id FROM doomed)"
+            " RETURNING id)"
+            " SELECT (SELECT count(*) FROM gone), (SELECT max(id) FROM doomed)"
+        ).format(s=s, p=sql.Identifier(parent))
+        deleted, after = 0, 0
+        while True:
+            with conn.transaction():
+                got = conn.execute(delete, {"cutoff": cutoff, "after": after, "batch": batch_size}).fetchone()
+            if got is None or got[1] is None:
+                break
+            deleted += int(got[0])
+            after = int(got[1])
+    return PurgeResult(st, cutoff, dropped, estimate, deleted)
+
+
+def _drop_partition(conn: Conn, schema: str, name: str, lock_timeout: float) -> None:
+    try:
+        _drop_partition_now(conn, schema, name, lock_timeout)
+    except psycopg.errors.LockNotAvailable:
+        raise PgQueueError(
+            f"partition {name} is busy (lock timeout after {lock_timeout:g}s); partitions before it were "
+            "dropped: run the purge again"
+        ) from None
+
+
+def _drop_partition_now(conn: Conn, schema: str, name: str, lock_timeout: float) -> None:
+    with conn.transaction():
+        conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(f"{int(lock_timeout * 1000)}ms")))
+        # The same lock as partition creation: never races a worker's maintenance.
+        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [partition_lock_name(schema)])
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(sql.Identifier(schema), sql.Identifier(name)))

@@ -1,0 +1,194 @@
+"""``pgqueue status`` and ``pgqueue top`` on a real database (CliRunner, and a subprocess for
+Ctrl-C)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from typer.testing import CliRunner, Result
+
+import pgqueue
+from pgqueue import ops
+from pgqueue.cli import app as cli_app
+from pgqueue.cli_status import Throughput, sparkline
+from tests.apps.support import REPO
+from tests.conftest import running_worker, wait_until
+from tests.ops_support import enqueue, error_entry, insert_finished
+from tests.test_cli import assert_one_clear_error
+
+
+def cli(*args: str) -> Result:
+    env = {"PGQUEUE_DSN": None, "PGQUEUE_SCHEMA": None, "COLUMNS": "200"}
+    return CliRunner().invoke(cli_app, list(args), env=env)
+
+
+def seed(conn: psycopg.Connection[Any]) -> None:
+    enqueue(conn, "app.resize", "images")
+    enqueue(conn, "app.resize", "images")
+    insert_finished(conn, "completed", ago=timedelta(seconds=10), queue="images")
+    insert_finished(
+        conn, "discarded", ago=timedelta(seconds=10), queue="emails", task="app.send", errors=[error_entry(1, "smtp")]
+    )
+
+
+# -- status -------------------------------------------------------------------------------
+
+
+async def test_status_shows_every_view(app: pgqueue.App, dsn: str, conn: psycopg.Connection[Any]) -> None:
+    seed(conn)
+    async with running_worker(app, queues=("images",)) as worker:
+        result = await asyncio.to_thread(cli, "status", "--dsn", dsn)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "pgqueue status · schema pgqueue" in out
+    for needle in ("queues", "images", "emails", "workers (1 alive)", worker.worker_id, "recent failures"):
+        assert needle in out, needle
+    assert "app.send" in out
+    assert "smtp" in out
+    for needle in ("health", "live partition", "oldest transaction", "retention", "completed", "cancelled"):
+        assert needle in out, needle
+
+
+async def test_status_json(app: pgqueue.App, dsn: str, conn: psycopg.Connection[Any]) -> None:
+    seed(conn)
+    async with running_worker(app, queues=("images",)) as worker:
+        result = await asyncio.to_thread(cli, "status", "--dsn", dsn, "--json")
+    assert result.exit_code == 0, result.output
+    snap = json.loads(result.stdout)
+    assert set(snap) == {"at", "queues", "workers", "failures", "health", "retention"}
+    datetime.fromisoformat(snap["at"])
+    queues = {q["queue"]: q for q in snap["queues"]}
+    assert queues["images"]["available"] + queues["images"]["running"] + queues["images"]["completed_1m"] >= 2
+    assert queues["emails"]["discarded_1m"] == 1
+    assert set(queues["images"]) == {f.name for f in ops.QueueStats.__dataclass_fields__.values()}
+    mine = [w for w in snap["workers"] if w["worker_id"] == worker.worker_id]
+    assert len(mine) == 1
+    assert mine[0]["queues"] == ["images"]
+    assert datetime.fromisoformat(mine[0]["last_heartbeat"]).tzinfo is not None
+    assert [f["task"] for f in snap["failures"]] == ["app.send"]
+    assert snap["health"]["live_rows"] >= 0
+    assert {r["state"] for r in snap["retention"]} == {"completed", "discarded", "cancelled"}
+
+
+def test_status_on_unmigrated_database(empty_dsn: str) -> None:
+    result = cli("status", "--dsn", empty_dsn)
+    assert_one_clear_error(result.exit_code, result.stderr, "run `pgqueue migrate`")
+
+
+# -- top ----------------------------------------------------------------------------------
+
+
+def test_top_refreshes_n_times_with_one_snapshot_each(
+    dsn: str, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seed(conn)
+    calls: list[bool] = []
+    real = ops.status
+
+    def counting(*args: Any, **kwargs: Any) -> ops.StatusSnapshot:
+        calls.append(kwargs.get("retention", True))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ops, "status", counting)
+    result = cli("top", "--dsn", dsn, "--iterations", "3", "--interval", "0.1")
+    assert result.exit_code == 0, result.output
+    assert calls == [False, False, False]  # one round trip per refresh, retention left out
+    out = result.stdout
+    assert "pgqueue top · pgqueue" in out
+    assert "throughput" in out
+    assert "jobs/s" in out
+    assert "images" in out
+    assert "app.send" in out
+
+    calls.clear()
+    once = cli("top", "--dsn", dsn, "--once")
+    assert once.exit_code == 0, once.output
+    assert len(calls) == 1
+    assert "needs two refreshes" in once.stdout
+
+
+def test_top_on_unmigrated_database(empty_dsn: str) -> None:
+    result = cli("top", "--dsn", empty_dsn, "--once")
+    assert_one_clear_error(result.exit_code, result.stderr, "run `pgqueue migrate`")
+
+
+def test_top_exits_cleanly_on_ctrl_c(dsn: str, conn: psycopg.Connection[Any]) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgqueue", "top", "--dsn", dsn, "--interval", "0.2"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # Interrupt once it is inside its refresh loop (it has read the views at least once).
+        wait_until(
+            lambda: (
+                conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgqueue top' AND query LIKE %s",
+                    ["%.health%"],
+                ).fetchone()
+                == (1,)
+            )
+        )
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert err == ""
+
+
+# -- throughput ---------------------------------------------------------------------------
+
+
+def _snap(at: datetime, c1: int, c5: int) -> ops.StatusSnapshot:
+    queue = ops.QueueStats(queue="q", completed_1m=c1, completed_5m=c5)
+    return ops.StatusSnapshot(at=at, queues=[queue], workers=[], failures=[], health=None, retention=[])
+
+
+def test_throughput_estimate_for_a_burst_and_a_steady_rate() -> None:
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    tp = Throughput()
+    tp.update(_snap(t0, 0, 0))
+    assert list(tp.history) == []
+    tp.update(_snap(t0 + timedelta(seconds=1), 500, 500))  # a burst: all new
+    tp.update(_snap(t0 + timedelta(seconds=2), 500, 500))  # nothing since
+    assert list(tp.history) == [500, 0]
+    assert list(tp.rates) == [500, 0]
+
+    steady = Throughput()  # 10 jobs/s for minutes: the 1-minute window no longer grows
+    for i in range(4):
+        steady.update(_snap(t0 + timedelta(seconds=2 * i), 600, 3000))
+    assert list(steady.history) == [20, 20, 20]
+    assert list(steady.rates) == [10, 10, 10]
+
+
+def test_throughput_from_real_snapshots(conn: psycopg.Connection[Any]) -> None:
+    tp = Throughput()
+    first = ops.status(conn, retention=False)
+    tp.update(first)
+    for _ in range(7):
+        insert_finished(conn, "completed", ago=timedelta(0), queue="images")
+    second = ops.status(conn, retention=False)
+    if second.at <= first.at:  # the same clock tick: move on by a microsecond
+        second = replace(second, at=first.at + timedelta(microseconds=1))
+    tp.update(second)
+    assert list(tp.history) == [7]
+
+
+def test_sparkline_scales_to_the_peak() -> None:
+    assert sparkline([0, 0]) == "▁▁"
+    assert sparkline([0, 50, 100]) == "▁▅█"
+    assert sparkline([]) == ""
