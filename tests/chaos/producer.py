@@ -1,0 +1,115 @@
+"""The chaos producer: enqueues jobs in its own transactions, rolls a share back on
+purpose, and records its intent (committed, rolled back, or unknown) for the checker."""
+
+from __future__ import annotations
+
+import random
+import threading
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from .app import app
+
+__all__ = ["KINDS", "Producer"]
+
+#: Task kinds and their weights in the mix.
+KINDS: dict[str, int] = {
+    "chaos.ok": 40,
+    "chaos.ok_async": 25,
+    "chaos.tx": 10,
+    "chaos.tx_async": 8,
+    "chaos.hang": 2,
+    "chaos.hang_sync": 2,
+    "chaos.hog": 2,
+    "chaos.exit": 1,
+    "chaos.fail": 2,
+}
+#: Handler run time in ms: mostly short, some long enough to be caught by a fault.
+_DURATIONS = [(0, 60), (0, 60), (0, 60), (20, 300), (1000, 4000)]
+
+
+class _RollbackError(Exception):
+    pass
+
+
+@dataclass
+class Intent:
+    committed: dict[int, str] = field(default_factory=dict)  # job id -> task
+    rolled_back: dict[int, str] = field(default_factory=dict)
+    unknown: dict[int, str] = field(default_factory=dict)  # the COMMIT's answer was lost
+
+
+class Producer:
+    def __init__(self, dsn: str, *, rate: float, rollback_share: float = 0.2, seed: int = 0) -> None:
+        self.dsn = dsn
+        self.rate = rate  # transactions per second
+        self.rollback_share = rollback_share
+        self.rng = random.Random(seed)
+        self.intent = Intent()
+        self.kinds: Counter[str] = Counter()
+        self.errors = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="chaos-producer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+    def _pick(self) -> tuple[str, int]:
+        kind = self.rng.choices(list(KINDS), weights=list(KINDS.values()))[0]
+        lo, hi = self.rng.choice(_DURATIONS)
+        return kind, self.rng.randint(lo, hi)
+
+    def _run(self) -> None:
+        conn: psycopg.Connection[Any] | None = None
+        backoff = 0.05
+        while not self._stop.is_set():
+            try:
+                if conn is None or conn.closed:
+                    conn = psycopg.connect(self.dsn, connect_timeout=5)
+                self._one_transaction(conn)
+                backoff = 0.05
+            except psycopg.OperationalError:
+                self.errors += 1
+                if conn is not None:
+                    conn.close()
+                conn = None
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 2.0)
+                continue
+            self._stop.wait(self.rng.expovariate(self.rate))
+        if conn is not None:
+            conn.close()
+
+    def _one_transaction(self, conn: psycopg.Connection[Any]) -> None:
+        ids: dict[int, str] = {}
+        roll_back = self.rng.random() < self.rollback_share
+        try:
+            with conn.transaction():
+                for _ in range(self.rng.randint(1, 3)):
+                    kind, ms = self._pick()
+                    job_id = app.enqueue(conn, kind, tag=uuid.uuid4().hex, ms=ms)
+                    ids[job_id] = kind
+                if roll_back:
+                    raise _RollbackError
+        except _RollbackError:
+            self.intent.rolled_back.update(ids)
+            return
+        except psycopg.OperationalError:
+            # Lost before or during COMMIT: the outcome is unknown, the checker finds out.
+            self.intent.unknown.update(ids)
+            raise
+        self.intent.committed.update(ids)
+        self.kinds.update(ids.values())
+
+    @property
+    def enqueued(self) -> int:
+        i = self.intent
+        return len(i.committed) + len(i.rolled_back) + len(i.unknown)

@@ -1,0 +1,174 @@
+"""One chaos run, start to finish: a private cluster, worker subprocesses behind fault
+proxies, a producer, the fault controller, a drain with faults off, then the checker."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from pgqueue.migrate import migrate
+
+from .app import create_tables
+from .checker import Report, check
+from .cluster import PrivateCluster
+from .faults import FaultController
+from .producer import Producer
+from .workers import EXIT_BY_HANDLER, WorkerPool
+
+__all__ = ["run_chaos"]
+
+LEASE = 4.0
+WORKER_ARGS = [
+    "--concurrency", "8",
+    "--lease", str(LEASE),
+    "--heartbeat-interval", "1",
+    "--poll-interval", "0.5",
+    "--shutdown-timeout", "3",
+    "--log-level", "WARNING",
+]  # fmt: skip
+
+
+def _log(msg: str) -> None:
+    print(f"[chaos {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def run_chaos(
+    seconds: float,
+    *,
+    workers: int = 3,
+    rate: float = 15.0,
+    seed: int | None = None,
+    drain_timeout: float = 240.0,
+    keep: Path | None = None,
+    keep_always: bool = False,
+    log: Callable[[str], None] = _log,
+) -> Report:
+    """Inject faults for ``seconds`` while jobs flow, drain, check; returns the report.
+
+    Worker logs and the server log are copied to ``keep`` (if given) when the run fails
+    (or always, with ``keep_always``).
+    """
+    seed = int(time.time()) if seed is None else seed
+    started = time.monotonic()
+    cluster = PrivateCluster()
+    pool: WorkerPool | None = None
+    producer: Producer | None = None
+    report: Report | None = None
+    try:
+        cluster.start()
+        with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+            admin.execute("CREATE DATABASE chaos")
+        direct = cluster.dsn("chaos")
+        with psycopg.connect(direct, autocommit=True) as conn:
+            migrate(conn, "pgqueue")
+            create_tables(conn)
+        log(f"seed={seed} cluster on port {cluster.port} ({cluster.bindir}); logs in {cluster.root}")
+        pool = WorkerPool(
+            count=workers,
+            db_host="127.0.0.1",
+            db_port=cluster.port,
+            dsn_for_port=lambda port: cluster.dsn("chaos", port=port),
+            ledger_dsn=direct,
+            logdir=cluster.root,
+            args=WORKER_ARGS,
+        )
+        pool.start()
+        _wait_for_listeners(direct, workers)
+        producer = Producer(direct, rate=rate, seed=seed)
+        producer.start()
+        controller = FaultController(cluster, pool, lease=LEASE, seed=seed, log=log)
+        controller.run(seconds)
+        producer.stop()
+        controller.heal_all()
+        log(f"faults done ({sum(controller.counts.values())}); producer enqueued {producer.enqueued}; draining")
+        _drain(direct, set(producer.intent.committed) | set(producer.intent.unknown), drain_timeout, log)
+        pool.stop()
+        faults = Counter(controller.counts)
+        with psycopg.connect(direct, autocommit=True) as conn:
+            faults.update(_handler_faults(conn))
+            faults["worker_died_by_handler"] = sum(1 for e in pool.events if e.what == f"exit:{EXIT_BY_HANDLER}")
+            report = check(conn, producer.intent, pool.events, faults)
+        report.side_task_deaths = pool.log_text().count("worker side task")
+        report.seconds = time.monotonic() - started
+        if not report.ok:
+            log(f"FAILED: {report.details()}")
+            with psycopg.connect(direct, autocommit=True) as conn:
+                for job_id in report.failing()[:10]:
+                    log(_describe(conn, job_id))
+        return report
+    finally:
+        if producer is not None:
+            producer.stop()
+        if pool is not None:
+            with contextlib.suppress(Exception):
+                pool.stop(timeout=5)
+        if keep is not None and (keep_always or report is None or not report.ok):
+            keep.mkdir(parents=True, exist_ok=True)
+            for f in cluster.root.glob("*.log"):
+                shutil.copy(f, keep / f.name)
+            log(f"logs kept in {keep}")
+        cluster.destroy()
+
+
+def _wait_for_listeners(dsn: str, count: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while True:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'pgqueue listener %'"
+            ).fetchone()
+            if row is not None and row[0] >= count:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"workers did not start within {timeout}s")
+            time.sleep(0.1)
+
+
+def _drain(dsn: str, ids: set[int], timeout: float, log: Callable[[str], None]) -> None:
+    """Wait until every committed job is final (faults are off; retries may be backing off)."""
+    deadline = time.monotonic() + timeout
+    wanted = sorted(ids)
+    last = -1
+    while True:
+        with contextlib.suppress(psycopg.OperationalError), psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute("SELECT count(*) FROM pgqueue.jobs_live WHERE id = ANY(%s)", [wanted]).fetchone()
+            left = row[0] if row else -1
+            if left == 0:
+                return
+            if left != last:
+                log(f"draining: {left} jobs not final yet")
+                last = left
+        if time.monotonic() > deadline:
+            log(f"drain timed out after {timeout}s")
+            return
+        time.sleep(0.5)
+
+
+def _describe(conn: psycopg.Connection[Any], job_id: int) -> str:
+    """A failing job's row and runs, for the log."""
+    job = conn.execute(
+        "SELECT task, state::text, attempt, max_attempts, errors FROM pgqueue.jobs WHERE id = %s", [job_id]
+    ).fetchone()
+    runs = conn.execute(
+        "SELECT attempt, kind, pid, started_at, ended_at, result FROM chaos_runs WHERE job_id = %s ORDER BY started_at",
+        [job_id],
+    ).fetchall()
+    errors = [(e.get("attempt"), e.get("type"), e.get("at")) for e in (job[4] if job else None) or []]
+    return f"job {job_id}: {job[:4] if job else None} errors={errors} runs={runs}"
+
+
+def _handler_faults(conn: psycopg.Connection[Any]) -> Counter[str]:
+    """Misbehaving first attempts that actually ran (hang, hog, exit)."""
+    rows = conn.execute(
+        "SELECT kind, count(*) FROM chaos_runs WHERE attempt = 1 AND kind IN ('hang', 'hang_sync', 'hog', 'exit')"
+        " GROUP BY kind"
+    ).fetchall()
+    return Counter({f"handler_{k}": int(n) for k, n in rows})

@@ -1,0 +1,45 @@
+"""The chaos suite's short mode: about two minutes of every fault kind against real
+``pgqueue work`` processes on a private PostgreSQL cluster, then the invariant checker.
+
+The long mode is run by hand: ``python -m tests.chaos --minutes 10``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.cluster import unavailable_reason
+from tests.chaos.faults import FAULT_KINDS
+from tests.chaos.run import run_chaos
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(unavailable_reason() is not None, reason=f"no private cluster: {unavailable_reason()}"),
+]
+
+
+@pytest.mark.timeout(420)
+def test_short_chaos_run_keeps_every_invariant(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = run_chaos(60, workers=3, rate=12, seed=4, drain_timeout=180, keep=tmp_path / "logs")
+    line = report.line()
+    with capsys.disabled():
+        print(f"\n{line}")
+    missing = [k for k in FAULT_KINDS if not report.faults[k]]
+    assert not missing, f"fault kinds never injected: {missing}\n{line}"
+    for handler_fault in ("handler_hang", "handler_hang_sync", "handler_hog", "handler_exit"):
+        assert report.faults[handler_fault], f"no {handler_fault} ran\n{line}"
+    assert report.committed > 100, line
+    assert report.rolled_back > 10, line
+    assert not report.unrun, f"completed jobs whose handler never finished a run {report.unrun[:20]}\n{line}"
+    assert not report.lost, f"lost jobs {report.lost[:20]}\n{line}"
+    assert not report.phantom, f"phantom jobs {report.phantom[:20]}\n{line}"
+    assert not report.overlaps_unexplained, (
+        f"runs overlapping under a valid lease {report.overlaps_unexplained}\n{line}"
+    )
+    assert not report.duplicates_unexplained, f"unexplained duplicate runs {report.duplicates_unexplained}\n{line}"
+    assert not report.tx_wrong, f"transactional effects not exactly once {report.tx_wrong}\n{line}"
+    assert not report.over_max, f"attempts above max_attempts {report.over_max}\n{line}"
+    assert not report.side_task_deaths, f"a worker stopped on an unexpected error (see its log)\n{line}"
+    assert report.ok, line
