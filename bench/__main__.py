@@ -343,6 +343,63 @@ def _columns(med: dict[str, dict[str, float]], columns: tuple[str, ...]) -> dict
 CONTENTION_COLUMNS = ("jobs/s", "drain s", "empty claim %", "lock waits avg", "lock waits max", "lwlock waits avg")
 XMIN_COLUMNS = ("jobs/s", "depth max", "dead tuples max", "table MB end", "index MB end", "xmin held")
 SOAK_COLUMNS = ("jobs/s", "drift %", "jobs lost", "table MB max", "index MB max", "dead tuples max")
+
+
+@app.command()
+def memory(
+    dsn: DsnOpt = None,
+    bulk: Annotated[str, typer.Option(help="enqueue_many sizes to compare (peak memory must not grow).")] = (
+        "100000,1000000"
+    ),
+    drain_jobs: Annotated[int, typer.Option(help="Jobs the worker drains while its RSS is sampled.")] = 200_000,
+    concurrency: Annotated[int, typer.Option(help="Worker concurrency.")] = 100,
+    json_path: JsonOpt = None,
+    quick: QuickOpt = False,
+) -> None:
+    """Peak memory of enqueue_many by size (flat = streaming); worker RSS under load."""
+    from bench.workloads import resources as w
+
+    if quick:
+        bulk, drain_jobs = "1000,5000", 2_000
+    resolved = _db.resolve_dsn(dsn)
+    result = w.memory(
+        resolved, bulk_sizes=[int(n) for n in bulk.split(",")], drain_jobs=drain_jobs, concurrency=concurrency
+    )
+    for row in result["enqueue_many"]:
+        _runner.console.print(
+            f"enqueue_many {row['jobs']:>10,} jobs: peak {row['peak MiB']:.1f} MiB "
+            f"(at start {row['base MiB']:.1f} MiB), {row['jobs/s']:,.0f} jobs/s"
+        )
+    _runner.console.print(f"enqueue_many peak growth: {result['enqueue_many peak growth MiB']:+.1f} MiB")
+    worker = result["worker"]
+    _runner.console.print(
+        f"worker at concurrency {concurrency}: idle {worker['idle RSS MiB']:.1f} MiB, "
+        f"max under load {worker['max RSS MiB under load']:.1f} MiB"
+    )
+    _finish("memory", result, resolved, json_path, None)
+
+
+@app.command()
+def idle(
+    dsn: DsnOpt = None,
+    seconds: Annotated[float, typer.Option(help="Seconds measured.")] = 60.0,
+    warmup: Annotated[float, typer.Option(help="Seconds after start-up before measuring.")] = 5.0,
+    json_path: JsonOpt = None,
+    quick: QuickOpt = False,
+) -> None:
+    """An idle worker's cost: queries per second it sends, and its CPU use."""
+    from bench.workloads import resources as w
+
+    if quick:
+        seconds, warmup = 2.0, 0.5
+    resolved = _db.resolve_dsn(dsn)
+    result = w.idle(resolved, seconds=seconds, warmup=warmup)
+    _runner.console.print(
+        f"idle worker over {result['seconds']:.0f}s: {result['queries/s']:.2f} queries/s, {result['CPU %']:.2f}% CPU"
+    )
+    _finish("idle", result, resolved, json_path, None)
+
+
 STEADY_COLUMNS = ("jobs/s", "enqueued/s", "depth max", "depth end", "p50 ms", "p99 ms", "max ms")
 
 

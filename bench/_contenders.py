@@ -8,6 +8,7 @@ each handler prints ``<key> <wall clock>`` when it starts, which the latency wor
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 from collections.abc import Callable
@@ -30,6 +31,7 @@ class Contender:
     remaining_sql: str
     worker_args: tuple[str, ...] = ()
     needs: tuple[str, ...] = field(default=())  # importable modules it requires
+    variant: bool = False  # an A/B variant: runs only when asked for by name
 
     def missing(self) -> str | None:
         for module in self.needs:
@@ -84,6 +86,11 @@ PGQUEUE = Contender(
     preload=_pgqueue_preload,
     enqueue_one=_pgqueue_enqueue_one,
     remaining_sql="SELECT count(*) FROM pgqueue.jobs_live",
+)
+
+# pgqueue with the claim cursor off (pgqueue/_claim_cursor.py): an A/B variant for xmin.
+PGQUEUE_NO_CURSOR = dataclasses.replace(
+    PGQUEUE, name="pgqueue-nocursor", worker_args=("--claim-cursor-threshold", "0"), variant=True
 )
 
 
@@ -146,7 +153,7 @@ def _raw(batch: int) -> Contender:
 RAW_1 = _raw(1)
 RAW_100 = _raw(100)
 
-CONTENDERS: dict[str, Contender] = {c.name: c for c in (PGQUEUE, RAW_1, RAW_100)}
+CONTENDERS: dict[str, Contender] = {c.name: c for c in (PGQUEUE, PGQUEUE_NO_CURSOR, RAW_1, RAW_100)}
 
 
 def register(contender: Contender) -> None:
@@ -154,9 +161,9 @@ def register(contender: Contender) -> None:
 
 
 def get(names: list[str] | None) -> list[Contender]:
-    """The contenders asked for (all known ones by default), skipping missing peers."""
+    """The contenders asked for (all known ones but variants by default)."""
     _load_peers()
-    chosen = [CONTENDERS[n] for n in names] if names else list(CONTENDERS.values())
+    chosen = [CONTENDERS[n] for n in names] if names else [c for c in CONTENDERS.values() if not c.variant]
     return chosen
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from ._cron_loop import CronScheduler
 from ._version import __version__
 from .app import App, Task
 from .config import WorkerConfig
+from .cron import Schedule
 from .errors import (
     Cancel,
     ConfigError,
@@ -29,6 +31,7 @@ __all__ = [
     "Backoff",
     "Cancel",
     "ConfigError",
+    "CronScheduler",
     "DatabaseUnavailableError",
     "EnqueueError",
     "InvalidArgumentsError",
@@ -42,6 +45,7 @@ __all__ = [
     "PayloadTooLargeError",
     "PgQueueError",
     "Retry",
+    "Schedule",
     "SchemaNotInstalledError",
     "Task",
     "UnknownTaskError",

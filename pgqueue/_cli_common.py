@@ -14,7 +14,7 @@ from rich.console import Console
 
 from .errors import DatabaseUnavailableError, PgQueueError
 
-__all__ = ["DsnOpt", "SchemaOpt", "app", "console", "err", "fail", "guard", "connect", "resolve_dsn"]
+__all__ = ["STATE_STYLE", "DsnOpt", "SchemaOpt", "app", "console", "err", "fail", "guard", "connect", "resolve_dsn"]
 
 app = typer.Typer(
     name="pgqueue",
@@ -61,3 +61,15 @@ def resolve_dsn(dsn: str | None) -> str:
 
 def connect(dsn: str | None) -> psycopg.Connection[Any]:
     return psycopg.connect(resolve_dsn(dsn), autocommit=True, connect_timeout=10)
+
+
+#: How every command colours a job state.
+STATE_STYLE = {
+    "available": "cyan",
+    "scheduled": "blue",
+    "running": "yellow",
+    "retryable": "magenta",
+    "completed": "green",
+    "discarded": "red",
+    "cancelled": "dim",
+}

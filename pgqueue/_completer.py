@@ -24,6 +24,7 @@ import psycopg.errors
 import psycopg_pool
 
 from ._jobs_db import JobsDB, Outcome
+from ._listener import brief, within
 from .models import Job
 
 __all__ = ["Batch", "Completer"]
@@ -43,6 +44,7 @@ class Completer:
         interval: float,
         on_written: Callable[[Job, Outcome, bool], None],
         repair_partitions: Callable[[], Awaitable[object]],
+        timeout: float = 30.0,
     ) -> None:
         self.db = db
         self.pool = pool
@@ -50,6 +52,7 @@ class Completer:
         self.interval = interval
         self.on_written = on_written
         self.repair_partitions = repair_partitions
+        self.timeout = timeout  # longest a write may hang before its connection is given up
         self._pending: Batch = []
         self._arrived = asyncio.Event()
         self._full = asyncio.Event()
@@ -97,7 +100,11 @@ class Completer:
                 batch = self._pending[: self.batch_size]
                 try:
                     async with self.pool.connection() as conn:
-                        written = await self.db.record_outcomes(conn, [(j.id, j.lease_token, o) for j, o in batch])
+                        written = await within(
+                            self.timeout,
+                            self.db.record_outcomes(conn, [(j.id, j.lease_token, o) for j, o in batch]),
+                            "recording outcomes",
+                        )
                 except psycopg.errors.CheckViolation as exc:
                     if "no partition" not in str(exc):
                         raise
@@ -105,7 +112,9 @@ class Completer:
                     await self.repair_partitions()
                     continue
                 except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
-                    log.warning("could not record %d job outcomes (%s); retrying in %.2fs", len(batch), exc, backoff)
+                    log.warning(
+                        "could not record %d job outcomes (%s); retrying in %.2fs", len(batch), brief(exc), backoff
+                    )
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 5.0)
                     continue

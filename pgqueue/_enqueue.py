@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import AsyncIterable, Iterable, Iterator, Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -20,24 +20,66 @@ from ._sql import queries_for
 from .config import validate_queue
 from .errors import (
     ConfigError,
+    EnqueueError,
     InvalidArgumentsError,
     InvalidQueueError,
     PayloadTooLargeError,
+    PgQueueError,
     SchemaNotInstalledError,
 )
 from .models import JobSpec
 
-__all__ = ["DEFAULT_MAX_PAYLOAD_BYTES", "encode_args", "make_spec"]
+__all__ = ["DEFAULT_MAX_PAYLOAD_BYTES", "MAX_ARGS_DEPTH", "encode_args", "make_spec", "validate_task_name"]
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 PRIORITY_RANGE = range(-32768, 32768)
+#: max_attempts is an int4 column; the claim passes task limits as int[].
+MAX_ATTEMPTS_LIMIT = 2**31 - 1
+#: Deepest nesting of containers in a job's arguments (the arguments object is level 1).
+#: Python decodes JSON recursively: a payload much deeper than this cannot be decoded by a
+#: worker whose stack is already in use, so it is refused here rather than poison a worker.
+MAX_ARGS_DEPTH = 100
+#: run_at must fall in this range (UTC), as the jobs_run_at_range CHECK also enforces:
+#: inside it every time zone's view of the value is a valid Python datetime.
+RUN_AT_MIN = datetime(1900, 1, 1, tzinfo=UTC)
+RUN_AT_MAX = datetime(9999, 1, 1, tzinfo=UTC)
+_TASK_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,199}")
 # json.dumps writes a NUL character as \u0000; a literal backslash before "u0000" is
 # written as \\u0000, so only an odd run of backslashes is a real NUL.
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
+def validate_task_name(task: str) -> str:
+    """Return ``task`` if it is a valid task name, else raise :class:`ConfigError`."""
+    if not isinstance(task, str) or not _TASK_NAME.fullmatch(task):
+        raise ConfigError(
+            f"invalid task name {task!r}: use 1-200 characters (letters, digits, _ . : -), starting with a letter or _"
+        )
+    return task
+
+
+def _too_deep(value: Any, limit: int) -> bool:
+    """Whether containers nest more than ``limit`` levels deep in ``value`` (iterative:
+    it must not itself hit the recursion limit)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Iterable[Any] = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
 def _find_bad_argument(args: Mapping[str, Any]) -> str:
     for name, value in args.items():
+        if _too_deep(value, MAX_ARGS_DEPTH - 1):
+            return f"argument {name!r}: nested more than {MAX_ARGS_DEPTH} levels deep"
         try:
             json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
         except (TypeError, ValueError, UnicodeEncodeError, RecursionError) as exc:
@@ -57,6 +99,10 @@ def encode_args(task: str, args: Mapping[str, Any], max_bytes: int) -> str:
         raise InvalidArgumentsError(
             f"task {task!r}: {_find_bad_argument(args)} (args must be JSON: str, int, float, bool, None, list, dict)"
         ) from None
+    # Nesting can only exceed the limit when there are that many brackets (a cheap test
+    # that keeps the walk off the common path).
+    if text.count("[") + text.count("{") > MAX_ARGS_DEPTH and _too_deep(args, MAX_ARGS_DEPTH):
+        raise InvalidArgumentsError(f"task {task!r}: {_find_bad_argument(args)}")
     if "\\u0000" in text and _NUL_ESCAPE.search(text):
         raise InvalidArgumentsError(
             f"task {task!r}: arguments contain a NUL character (\\u0000), which PostgreSQL jsonb cannot store"
@@ -78,6 +124,39 @@ def _seconds(delay: float | timedelta | None) -> float | None:
     return seconds
 
 
+def _check_run_at(run_at: datetime) -> None:
+    if not isinstance(run_at, datetime) or run_at.tzinfo is None or run_at.utcoffset() is None:
+        raise ConfigError(f"run_at must be a timezone-aware datetime, got {run_at!r}")
+    try:
+        in_range = RUN_AT_MIN <= run_at < RUN_AT_MAX
+    except OverflowError:
+        in_range = False
+    if not in_range:
+        raise ConfigError(f"run_at must be between {RUN_AT_MIN:%Y-%m-%d} and {RUN_AT_MAX:%Y-%m-%d} UTC, got {run_at!r}")
+
+
+def _check_unique_key(unique_key: str) -> None:
+    if not isinstance(unique_key, str) or not 1 <= len(unique_key) <= 200:
+        raise ConfigError("unique_key must be a string of 1-200 characters")
+    if "\x00" in unique_key:
+        raise ConfigError("unique_key contains a NUL character, which PostgreSQL text cannot store")
+    try:
+        unique_key.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigError(f"unique_key is not valid Unicode text ({exc.reason} at position {exc.start})") from None
+
+
+def check_max_attempts(max_attempts: int) -> int:
+    """Return ``max_attempts`` if it is an int in 1..2**31-1, else raise :class:`ConfigError`."""
+    if (
+        isinstance(max_attempts, bool)
+        or not isinstance(max_attempts, int)
+        or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT
+    ):
+        raise ConfigError(f"max_attempts must be an int in 1..{MAX_ATTEMPTS_LIMIT}, got {max_attempts!r}")
+    return max_attempts
+
+
 def make_spec(
     task: str,
     args: Mapping[str, Any],
@@ -90,17 +169,18 @@ def make_spec(
     max_attempts: int | None,
     max_bytes: int,
 ) -> JobSpec:
+    validate_task_name(task)
     validate_queue(queue)
     if isinstance(priority, bool) or not isinstance(priority, int) or priority not in PRIORITY_RANGE:
         raise ConfigError(f"priority must be an int in -32768..32767, got {priority!r}")
     if run_at is not None and delay is not None:
         raise ConfigError("give run_at or delay, not both")
-    if run_at is not None and (not isinstance(run_at, datetime) or run_at.tzinfo is None):
-        raise ConfigError(f"run_at must be a timezone-aware datetime, got {run_at!r}")
-    if unique_key is not None and (not isinstance(unique_key, str) or not 1 <= len(unique_key) <= 200):
-        raise ConfigError("unique_key must be a string of 1-200 characters")
-    if max_attempts is not None and (not isinstance(max_attempts, int) or max_attempts < 1):
-        raise ConfigError(f"max_attempts must be a positive int, got {max_attempts!r}")
+    if run_at is not None:
+        _check_run_at(run_at)
+    if unique_key is not None:
+        _check_unique_key(unique_key)
+    if max_attempts is not None:
+        check_max_attempts(max_attempts)
     return JobSpec(
         task=task,
         args_json=encode_args(task, args, max_bytes),
@@ -137,8 +217,17 @@ def translate(exc: psycopg.Error) -> Exception:
             "arguments exceed the server's payload limit (constraint jobs_args_size; "
             "raise it with `pgqueue migrate --max-payload-bytes N`)"
         )
+    if isinstance(exc, pgerrors.CheckViolation) and exc.diag.constraint_name == "jobs_run_at_range":
+        return ConfigError(
+            f"run_at must be between {RUN_AT_MIN:%Y-%m-%d} and {RUN_AT_MAX:%Y-%m-%d} UTC (constraint jobs_run_at_range)"
+        )
     if isinstance(exc, pgerrors.InvalidParameterValue) and "queue" in (exc.diag.message_primary or ""):
         return InvalidQueueError(exc.diag.message_primary)
+    if isinstance(exc, pgerrors.InsufficientPrivilege):
+        return EnqueueError(
+            f"this database role may not enqueue ({exc.diag.message_primary}): grant it the producer "
+            "role of the schema (see `pgqueue migrate --print-roles-sql`)"
+        )
     return exc
 
 
@@ -174,19 +263,38 @@ async def enqueue_one_async(conn: psycopg.AsyncConnection[Any], schema: str, spe
 
 
 class _Batch:
-    """Splits a stream of specs into COPY rows and keyed specs, tracking queues to wake."""
+    """Splits a stream of specs into COPY rows and keyed specs, tracking queues to wake.
+
+    Rows are numbered from 1 in the caller's order, so that an error names its row.
+    """
 
     def __init__(self, now: datetime) -> None:
         self.now = now
         self.wake: set[str] = set()
         self.keyed: list[JobSpec] = []
+        self.keyed_rows: list[int] = []  # row numbers of the keyed specs
         self.count = 0
 
+    def _next(self, specs: Iterator[Any]) -> JobSpec | None:
+        try:
+            spec = next(specs)
+        except StopIteration:
+            return None
+        except PgQueueError as exc:  # the caller's generator refused a job (task.job(...))
+            raise type(exc)(f"enqueue_many row {self.count + 1}: {exc}") from exc
+        self.count += 1
+        if not isinstance(spec, JobSpec):
+            raise InvalidArgumentsError(
+                f"enqueue_many row {self.count}: expected a job from task.job(...), got {type(spec).__name__}"
+            )
+        return spec
+
     def rows(self, specs: Iterable[JobSpec]) -> Iterator[tuple[Any, ...]]:
-        for spec in specs:
-            self.count += 1
+        it = iter(specs)
+        while (spec := self._next(it)) is not None:
             if spec.unique_key is not None:
                 self.keyed.append(spec)
+                self.keyed_rows.append(self.count)
                 continue
             run_at = spec.run_at
             if run_at is None:
@@ -197,12 +305,30 @@ class _Batch:
             state = "available" if due else "scheduled"
             yield (spec.task, spec.args_json, spec.queue, spec.priority, run_at, state, spec.max_attempts)
 
+    def translate(self, exc: psycopg.Error) -> Exception:
+        """:func:`translate`, naming the row the database refused when it says which."""
+        found = _COPY_LINE.search(exc.diag.context or "")
+        if found is None:
+            return translate(exc)
+        row = int(found[1])  # the n-th COPY row: count the keyed rows before it back in
+        for keyed in self.keyed_rows:
+            if keyed <= row:
+                row += 1
+        error = translate(exc)
+        if isinstance(error, PgQueueError):
+            return type(error)(f"enqueue_many row {row}: {error}")
+        error.add_note(f"enqueue_many row {row}")
+        return error
+
+
+_COPY_LINE = re.compile(r"COPY \w+, line (\d+)")
+
 
 def enqueue_many(conn: psycopg.Connection[Any], schema: str, specs: Iterable[JobSpec]) -> int:
     q = queries_for(schema)
+    batch = _Batch(datetime.now(UTC))  # its clock is replaced by the database's below
     try:
-        now = conn.execute(q["db_now"]).fetchone()[0]  # type: ignore[index]
-        batch = _Batch(now)
+        batch.now = conn.execute(q["db_now"]).fetchone()[0]  # type: ignore[index]
         with conn.cursor() as cur, cur.copy(q["job_copy"]) as copy:
             for row in batch.rows(specs):
                 copy.write_row(row)
@@ -212,7 +338,7 @@ def enqueue_many(conn: psycopg.Connection[Any], schema: str, specs: Iterable[Job
             if batch.wake:
                 cur.execute(q["queue_notify"], {"queues": sorted(batch.wake)})
     except psycopg.Error as exc:
-        raise translate(exc) from exc
+        raise batch.translate(exc) from exc
     return batch.count
 
 
@@ -220,13 +346,20 @@ async def enqueue_many_async(
     conn: psycopg.AsyncConnection[Any], schema: str, specs: Iterable[JobSpec] | AsyncIterable[JobSpec]
 ) -> int:
     q = queries_for(schema)
+    batch = _Batch(datetime.now(UTC))  # its clock is replaced by the database's below
     try:
         cur = await conn.execute(q["db_now"])
-        now = (await cur.fetchone())[0]  # type: ignore[index]
-        batch = _Batch(now)
+        batch.now = (await cur.fetchone())[0]  # type: ignore[index]
         async with conn.cursor() as acur, acur.copy(q["job_copy"]) as copy:
             if isinstance(specs, AsyncIterable):
-                async for spec in specs:
+                items = aiter(specs)
+                while True:
+                    try:
+                        spec = await anext(items)
+                    except StopAsyncIteration:
+                        break
+                    except PgQueueError as exc:
+                        raise type(exc)(f"enqueue_many row {batch.count + 1}: {exc}") from exc
                     for row in batch.rows((spec,)):
                         await copy.write_row(row)
             else:
@@ -238,5 +371,5 @@ async def enqueue_many_async(
             if batch.wake:
                 await acur.execute(q["queue_notify"], {"queues": sorted(batch.wake)})
     except psycopg.Error as exc:
-        raise translate(exc) from exc
+        raise batch.translate(exc) from exc
     return batch.count

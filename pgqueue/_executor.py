@@ -22,6 +22,7 @@ import psycopg
 import psycopg_pool
 
 from ._jobs_db import JobsDB, Outcome, outcome_params
+from ._safe_json import UndecodableArgsError
 from .app import Task
 from .errors import Cancel, Retry
 from .models import Job, JobContext, JobState
@@ -63,7 +64,9 @@ def failure_outcome(task: Task[Any, Any] | None, job: Job, exc: BaseException, w
     last = job.attempt >= job.max_attempts
     if isinstance(exc, Cancel):
         return Outcome(JobState.CANCELLED, error=error)
-    if task is not None and task.non_retryable and isinstance(exc, task.non_retryable):
+    if isinstance(exc, UndecodableArgsError) or (
+        task is not None and task.non_retryable and isinstance(exc, task.non_retryable)
+    ):
         return Outcome(JobState.DISCARDED, error=error)
     if last:
         return Outcome(JobState.DISCARDED, error=error)

@@ -10,14 +10,24 @@ import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import psycopg
 
+from ._claim_cursor import HEAD, ClaimCursor
 from ._sql import queries_for
 from .models import Job, JobState
 
-__all__ = ["JobsDB", "Outcome", "TickResult", "outcome_params"]
+__all__ = [
+    "JobsDB",
+    "Outcome",
+    "TickResult",
+    "VacuumNotAllowedError",
+    "VacuumResult",
+    "cursor_params",
+    "outcome_params",
+]
 
 AConn = psycopg.AsyncConnection[Any]
 
@@ -37,6 +47,19 @@ class TickResult:
     promoted: int
     rescued: int
     discarded: int
+    now: datetime  # the database clock at the tick
+
+
+class VacuumNotAllowedError(Exception):
+    """The session's role lacks the right to VACUUM the live partition."""
+
+
+@dataclass(frozen=True, slots=True)
+class VacuumResult:
+    dead_before: int
+    dead_after: int  # left behind: still visible to some snapshot
+    #: (pid, application_name, seconds) of the oldest snapshot holder when much was left
+    holder: tuple[Any, ...] | None = None
 
 
 def outcome_params(items: Sequence[tuple[int, uuid.UUID, Outcome]]) -> dict[str, list[Any]]:
@@ -47,6 +70,25 @@ def outcome_params(items: Sequence[tuple[int, uuid.UUID, Outcome]]) -> dict[str,
         "states": [o.state.value for _, _, o in items],
         "delays": [o.delay for _, _, o in items],
         "errors": [None if o.error is None else json.dumps(o.error, default=str) for _, _, o in items],
+    }
+
+
+def cursor_params(queues: Sequence[str], after: Mapping[str, ClaimCursor] | None = None) -> dict[str, Any]:
+    """Queue and cursor parameters of ``job_claim_one_queue`` (one queue) or
+    ``job_claim_many_queues``; queues without a cursor are scanned from the head."""
+    keys = [(after or {}).get(q, HEAD) for q in queues]
+    if len(queues) == 1:
+        return {
+            "queue": queues[0],
+            "after_priority": keys[0].neg_priority,
+            "after_run_at": keys[0].run_at,
+            "after_id": keys[0].id,
+        }
+    return {
+        "queues": list(queues),
+        "after_priority": [k.neg_priority for k in keys],
+        "after_run_at": [k.run_at for k in keys],
+        "after_id": [k.id for k in keys],
     }
 
 
@@ -65,8 +107,12 @@ class JobsDB:
         lease: float,
         worker_id: str,
         outcomes: Sequence[tuple[int, uuid.UUID, Outcome]] = (),
+        after: Mapping[str, ClaimCursor] | None = None,
     ) -> tuple[list[Job], set[int]]:
         """Claim up to ``limit`` jobs; returns them with the ids of ``outcomes`` written.
+
+        ``after`` gives, per queue, the claim-order key to resume scanning after (see
+        ``_claim_cursor``); queues missing from it are scanned from the head.
 
         Buffered ``outcomes`` ride along in the same pipeline: one round trip and one
         commit for both (a failure of either rolls back both, and both are retried).
@@ -78,12 +124,8 @@ class JobsDB:
             "lease": lease,
             "worker_id": worker_id,
         }
-        if len(queues) == 1:
-            query = self.q["job_claim_one_queue"]
-            params["queue"] = queues[0]
-        else:
-            query = self.q["job_claim_many_queues"]
-            params["queues"] = list(queues)
+        params.update(cursor_params(queues, after))
+        query = self.q["job_claim_one_queue" if len(queues) == 1 else "job_claim_many_queues"]
         if not outcomes:
             cur = await conn.execute(query, params)
             return [Job(*row) for row in await cur.fetchall()], set()
@@ -102,11 +144,13 @@ class JobsDB:
         cur = await conn.execute(self.q["job_record_outcomes"], outcome_params(items))
         return {row[0] for row in await cur.fetchall()}
 
-    async def extend_leases(self, conn: AConn, held: Mapping[int, uuid.UUID], lease: float) -> set[int]:
+    async def extend_leases(self, conn: AConn, held: Mapping[int, uuid.UUID], lease: float) -> dict[int, bool]:
+        """Heartbeat: the ids whose lease was extended, each mapped to whether an operator
+        asked that job to stop (``cancel_job()``)."""
         cur = await conn.execute(
             self.q["job_extend_leases"], {"ids": list(held), "tokens": list(held.values()), "lease": lease}
         )
-        return {row[0] for row in await cur.fetchall()}
+        return {row[0]: bool(row[1]) for row in await cur.fetchall()}
 
     async def release(self, conn: AConn, held: Mapping[int, uuid.UUID]) -> int:
         cur = await conn.execute(self.q["job_release"], {"ids": list(held), "tokens": list(held.values())})
@@ -114,12 +158,22 @@ class JobsDB:
         return int(row[0]) if row else 0
 
     async def maintenance_tick(
-        self, conn: AConn, *, batch: int, backoff_base: float, backoff_cap: float, default_max_attempts: int
+        self,
+        conn: AConn,
+        *,
+        batch: int,
+        backoff_base: float,
+        backoff_cap: float,
+        default_max_attempts: int,
+        since: datetime | None = None,
     ) -> TickResult:
+        """One scheduler + rescuer pass if this process wins the lock; only timers at or
+        after ``since`` are looked at (None: all of them)."""
         cur = await conn.execute(
             self.q["maintenance_tick"],
             {
                 "lock_name": f"pgqueue.maintenance:{self.schema}",
+                "since": since,
                 "batch": batch,
                 "backoff_base": backoff_base,
                 "backoff_cap": backoff_cap,
@@ -128,22 +182,33 @@ class JobsDB:
         )
         row = await cur.fetchone()
         assert row is not None
-        return TickResult(bool(row[0]), int(row[1]), int(row[2]), int(row[3]))
+        return TickResult(bool(row[0]), int(row[1]), int(row[2]), int(row[3]), row[5])
 
-    async def vacuum_live_if_needed(self, conn: AConn, threshold: int) -> bool:
+    async def vacuum_live_if_needed(self, conn: AConn, threshold: int) -> VacuumResult | None:
         """VACUUM the live partition if it carries enough dead tuples and no other process
-        is doing it; returns whether it ran. ``conn`` must be in autocommit mode."""
-        cur = await conn.execute(self.q["live_dead_tuples"], {"table": f'"{self.schema}".jobs_live'})
+        is doing it; returns what it achieved, or None if it did not run. ``conn`` must be
+        in autocommit mode."""
+        table = {"table": f'"{self.schema}".jobs_live'}
+        cur = await conn.execute(self.q["live_dead_tuples"], table)
         row = await cur.fetchone()
         if row is None or row[0] < max(threshold, row[1]):
-            return False
+            return None
+        if not row[2]:
+            raise VacuumNotAllowedError(f"this role may not VACUUM {self.schema}.jobs_live (not its owner)")
         lock = {"lock_name": f"pgqueue.vacuum:{self.schema}"}
         cur = await conn.execute(self.q["vacuum_lock"], lock)
         got = await cur.fetchone()
         if not got or not got[0]:
-            return False
+            return None
         try:
             await conn.execute(self.q["vacuum_live"], prepare=False)  # utility statements cannot be prepared
         finally:
             await conn.execute(self.q["vacuum_unlock"], lock)
-        return True
+        cur = await conn.execute(self.q["live_dead_tuples"], table)
+        after = await cur.fetchone()
+        dead_after = int(after[0]) if after else 0
+        holder = None
+        if dead_after >= threshold:
+            cur = await conn.execute(self.q["oldest_snapshot"])
+            holder = await cur.fetchone()
+        return VacuumResult(int(row[0]), dead_after, holder)

@@ -10,15 +10,51 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Collection
-from typing import Any
+import os
+from collections.abc import Awaitable, Callable, Collection
+from typing import Any, TypeVar
 
 import psycopg
+import psycopg_pool
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 
-__all__ = ["Listener"]
+__all__ = ["Listener", "application_name", "brief", "within"]
+
+T = TypeVar("T")
 
 log = logging.getLogger("pgqueue.listener")
+
+
+def application_name(dsn: str, purpose: str) -> dict[str, Any]:
+    """Connection options that name a worker connection by purpose and pid in
+    ``pg_stat_activity`` (``pgqueue listener 1234``), unless the DSN or ``$PGAPPNAME``
+    already names it."""
+    if os.environ.get("PGAPPNAME") or "application_name" in conninfo_to_dict(dsn):
+        return {}
+    return {"application_name": f"pgqueue {purpose} {os.getpid()}"}
+
+
+def brief(exc: BaseException) -> str:
+    """One line for a log message: the first line of a database error (libpq's messages
+    carry multi-line hints), and what a pool timeout means."""
+    text = str(exc).strip()
+    line = text.splitlines()[0].strip() if text else type(exc).__name__
+    if isinstance(exc, psycopg_pool.PoolTimeout):
+        line += ": the pool is exhausted or the database refuses new connections"
+    return line
+
+
+async def within(seconds: float, aw: Awaitable[T], what: str) -> T:
+    """Await a query for at most ``seconds``. Past that its connection is presumed dead
+    (a peer that vanished without FIN or RST: a partition, a stateful firewall forgetting
+    the connection) and :class:`psycopg.OperationalError` is raised, which every caller
+    already treats as a lost connection; psycopg closes it, so the pool drops it."""
+    try:
+        async with asyncio.timeout(seconds):  # no extra task, unlike wait_for: cheap on the hot path
+            return await aw
+    except TimeoutError:
+        raise psycopg.OperationalError(f"{what} got no answer within {seconds:g}s") from None
 
 
 class Listener:
@@ -47,7 +83,9 @@ class Listener:
         while True:
             conn: psycopg.AsyncConnection[Any] | None = None
             try:
-                conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+                conn = await psycopg.AsyncConnection.connect(
+                    self.dsn, autocommit=True, **application_name(self.dsn, "listener")
+                )
                 await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
                 self.backend_pid = conn.info.backend_pid
                 if self.reconnects:
@@ -63,9 +101,9 @@ class Listener:
                 self.connected.clear()
                 self.reconnects += 1
                 if was_connected:
-                    log.warning("listener connection lost (%s); polling until it is back", exc)
+                    log.warning("listener connection lost (%s); polling until it is back", brief(exc))
                 else:
-                    log.warning("listener cannot connect (%s); retrying in %.2fs", exc, backoff)
+                    log.warning("listener cannot connect (%s); retrying in %.2fs", brief(exc), backoff)
                 self.on_wake()
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.max_backoff)
@@ -79,4 +117,7 @@ class Listener:
             async for notify in conn.notifies(timeout=self.health_interval):
                 if notify.payload in self.queues:
                     self.on_wake()
-            await conn.execute("SELECT 1")  # quiet for a while: prove the connection lives
+            # Quiet for a while: prove the connection lives. A socket whose peer vanished
+            # without a FIN or RST (a partition, a stateful firewall forgetting it) would
+            # block this forever, leaving a "connected" listener that hears nothing.
+            await within(self.health_interval, conn.execute("SELECT 1"), "health check")

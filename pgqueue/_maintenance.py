@@ -3,7 +3,9 @@
 * ``run_ticks``: every ``maintenance_interval`` (jittered, so nodes do not wake in
   lockstep) one statement that, under a transaction-scoped advisory lock, promotes due
   scheduled/retryable jobs and rescues jobs whose lease expired; every
-  ``partition_interval`` it also creates finished-job partitions ahead.
+  ``partition_interval`` it also creates finished-job partitions ahead, and applies
+  retention (drops expired day partitions, removes dead worker registrations; first run
+  on the first tick).
 * ``run_vacuum``: VACUUMs the live partition when its dead tuples pile up, one process at a
   time (session advisory lock).
 """
@@ -19,8 +21,11 @@ import psycopg
 import psycopg.errors
 import psycopg_pool
 
-from ._jobs_db import JobsDB
+from ._jobs_db import JobsDB, VacuumNotAllowedError
+from ._listener import brief, within
 from ._partitions import ensure_partitions
+from ._retention import RetentionResult, apply_retention, retention_of
+from ._tick_watermark import TickWatermark
 from .config import WorkerConfig
 from .retry import Backoff
 
@@ -30,12 +35,24 @@ log = logging.getLogger("pgqueue.maintenance")
 
 #: The rescuer's backoff: it cannot know a task's own policy when the task is unknown here.
 RESCUE_BACKOFF = Backoff()
+#: Most jobs one tick promotes, and most it rescues.
+TICK_BATCH = 1000
+#: Longest wait between vacuums of the live partition while a snapshot pins dead rows.
+MAX_VACUUM_INTERVAL = 300.0
 
 
 class Maintenance:
     def __init__(
-        self, db: JobsDB, pool: psycopg_pool.AsyncConnectionPool, *, dsn: str, schema: str, config: WorkerConfig
+        self,
+        db: JobsDB,
+        pool: psycopg_pool.AsyncConnectionPool,
+        *,
+        dsn: str,
+        schema: str,
+        config: WorkerConfig,
+        worker_id: str = "",
     ) -> None:
+        self.worker_id = worker_id
         self.db = db
         self.pool = pool
         self.dsn = dsn
@@ -45,17 +62,26 @@ class Maintenance:
     async def run_ticks(self) -> None:
         cfg = self.config
         next_partitions = time.monotonic() + cfg.partition_interval
+        next_retention = 0.0
         await asyncio.sleep(random.uniform(0, cfg.maintenance_interval))  # de-synchronise nodes
+        watermark = TickWatermark()
         while True:
             try:
+                since = watermark.since(time.monotonic())
                 async with self.pool.connection() as conn:
-                    result = await self.db.maintenance_tick(
-                        conn,
-                        batch=1000,
-                        backoff_base=RESCUE_BACKOFF.base,
-                        backoff_cap=RESCUE_BACKOFF.cap,
-                        default_max_attempts=cfg.default_max_attempts,
+                    result = await within(
+                        cfg.lease,
+                        self.db.maintenance_tick(
+                            conn,
+                            batch=TICK_BATCH,
+                            backoff_base=RESCUE_BACKOFF.base,
+                            backoff_cap=RESCUE_BACKOFF.cap,
+                            default_max_attempts=cfg.default_max_attempts,
+                            since=since,
+                        ),
+                        "maintenance tick",
                     )
+                watermark.observe(result, scanned_since=since, batch=TICK_BATCH, now=time.monotonic())
                 if result.rescued or result.discarded:
                     log.warning(
                         "rescued %d jobs whose lease expired (%d retried, %d discarded)",
@@ -68,24 +94,56 @@ class Maintenance:
                 if time.monotonic() >= next_partitions:
                     await self.repair_partitions()
                     next_partitions = time.monotonic() + cfg.partition_interval
+                if time.monotonic() >= next_retention:
+                    await self.apply_retention()
+                    next_retention = time.monotonic() + cfg.partition_interval
             except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
-                log.warning("maintenance tick failed (%s)", exc)
+                log.warning("maintenance tick failed (%s)", brief(exc))
             await asyncio.sleep(cfg.maintenance_interval * random.uniform(0.8, 1.2))
 
     async def run_vacuum(self) -> None:
         cfg = self.config
+        interval = cfg.vacuum_interval
         while True:
-            await asyncio.sleep(cfg.vacuum_interval * random.uniform(0.8, 1.2))
+            await asyncio.sleep(interval * random.uniform(0.8, 1.2))
             try:
                 async with self.pool.connection() as conn:
                     started = time.monotonic()
-                    if await self.db.vacuum_live_if_needed(conn, cfg.vacuum_threshold):
-                        log.info("vacuumed %s.jobs_live in %.2fs", self.schema, time.monotonic() - started)
+                    result = await self.db.vacuum_live_if_needed(conn, cfg.vacuum_threshold)
+                if result is None:
+                    continue
+                took = time.monotonic() - started
+                if result.holder is None:
+                    interval = cfg.vacuum_interval
+                    log.info("vacuumed %s.jobs_live in %.2fs", self.schema, took)
+                    continue
+                # Most dead rows are still visible to an old snapshot: vacuuming again soon
+                # would only rescan the table. Back off until the snapshot goes away.
+                interval = min(interval * 2, MAX_VACUUM_INTERVAL)
+                pid, application, age = result.holder
+                log.warning(
+                    "vacuum of %s.jobs_live left %d of %d dead rows: pid %s (%r) has held a snapshot for "
+                    "%.0fs; claims slow down until it ends; next vacuum in about %.1fs",
+                    self.schema,
+                    result.dead_after,
+                    result.dead_before,
+                    pid,
+                    application,
+                    age or 0.0,
+                    interval,
+                )
             except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
-                log.warning("vacuum check failed (%s)", exc)
-            except psycopg.errors.InsufficientPrivilege as exc:
+                log.warning("vacuum check failed (%s)", brief(exc))
+            except (psycopg.errors.InsufficientPrivilege, VacuumNotAllowedError) as exc:
                 log.warning("cannot vacuum the live partition (%s); leaving it to autovacuum", exc)
                 return
+
+    async def apply_retention(self) -> RetentionResult:
+        def work() -> RetentionResult:
+            with psycopg.connect(self.dsn, autocommit=True, connect_timeout=10) as conn:
+                return apply_retention(conn, self.schema, retention_of(self.config), by=self.worker_id)
+
+        return await asyncio.to_thread(work)
 
     async def repair_partitions(self) -> int:
         def work() -> int:

@@ -12,11 +12,13 @@ from datetime import date, timedelta
 from typing import Any
 
 import psycopg
+import psycopg.errors
 from psycopg import sql
 
 from ._sql import queries_for
+from .errors import SchemaNotInstalledError
 
-__all__ = ["FINISHED_PARENTS", "ensure_partitions", "partition_name"]
+__all__ = ["FINISHED_PARENTS", "drop_day", "ensure_partitions", "partition_name"]
 
 log = logging.getLogger("pgqueue.partitions")
 
@@ -32,6 +34,29 @@ def partition_name(parent: str, day: date) -> str:
 
 def lock_name(schema: str) -> str:
     return f"pgqueue.partitions:{schema}"
+
+
+def _owns_parents(conn: psycopg.Connection[Any], schema: str) -> bool:
+    """Whether this session may create partitions itself (it owns, or is a member of the
+    owner of, the finished-job parents; a superuser always may)."""
+    row = conn.execute(
+        "SELECT pg_has_role(current_user, c.relowner, 'USAGE') FROM pg_class c WHERE c.oid = to_regclass(%s)",
+        [f'"{schema}".jobs_completed'],
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def _create_day_via_owner(conn: psycopg.Connection[Any], schema: str, parent: str, day: date) -> None:
+    # A worker role (see pgqueue.roles) may not create tables: the owner's SECURITY DEFINER
+    # function does it, and only this.
+    try:
+        conn.execute(sql.SQL("SELECT {}.create_partition(%s, %s)").format(sql.Identifier(schema)), [parent, day])
+    except psycopg.errors.UndefinedFunction:
+        raise SchemaNotInstalledError(
+            f"this role does not own schema {schema!r} and cannot create its day partitions: run "
+            "`pgqueue migrate --create-roles` (it installs create_partition() for the worker role), "
+            "or run the worker as the schema's owner"
+        ) from None
 
 
 def _create_day(conn: psycopg.Connection[Any], schema: str, parent: str, day: date) -> None:
@@ -53,6 +78,15 @@ def _create_day(conn: psycopg.Connection[Any], schema: str, parent: str, day: da
     )
 
 
+def drop_day(conn: psycopg.Connection[Any], schema: str, child: str) -> None:
+    """Drop one finished-job day partition: directly when this session owns the parents,
+    else through the owner's ``drop_partition()`` (the worker role; see pgqueue.roles)."""
+    if _owns_parents(conn, schema):
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(sql.Identifier(schema), sql.Identifier(child)))
+    else:
+        conn.execute(sql.SQL("SELECT {}.drop_partition(%s)").format(sql.Identifier(schema)), [child])
+
+
 def ensure_partitions(conn: psycopg.Connection[Any], schema: str, *, days_ahead: int, wait: bool = False) -> int:
     """Create missing day partitions from yesterday to ``days_ahead`` days from today.
 
@@ -71,11 +105,14 @@ def ensure_partitions(conn: psycopg.Connection[Any], schema: str, *, days_ahead:
         conn.execute("SET LOCAL lock_timeout = '5s'")
         today: date = conn.execute(q["db_today"]).fetchone()[0]  # type: ignore[index]
         existing = {row[1] for row in conn.execute(q["partition_list"], {"schema": schema})}
+        create = None
         for parent in FINISHED_PARENTS:
             for offset in range(-1, days_ahead + 1):
                 day = today + timedelta(days=offset)
                 if partition_name(parent, day) not in existing:
-                    _create_day(conn, schema, parent, day)
+                    if create is None:
+                        create = _create_day if _owns_parents(conn, schema) else _create_day_via_owner
+                    create(conn, schema, parent, day)
                     created += 1
     if created:
         log.info("created %d finished-job partitions in schema %s", created, schema)

@@ -29,7 +29,7 @@ _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
 
 def validate_schema(schema: str) -> str:
     """Return ``schema`` if it is a safe schema name, else raise :class:`ConfigError`."""
-    if not isinstance(schema, str) or not _SCHEMA_NAME.match(schema):
+    if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
         raise ConfigError(
             f"invalid schema name {schema!r}: use 1-48 lowercase letters, digits or _, not starting with a digit"
         )

@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 import psycopg
@@ -22,6 +23,7 @@ import psycopg
 from ._loader import load_app
 from .config import WorkerConfig
 from .errors import DatabaseUnavailableError, PgQueueError
+from .logging_setup import configure_logging
 from .migrate import require_current
 
 __all__ = ["run_processes", "run_worker"]
@@ -75,12 +77,18 @@ def _exit_if_threads_hang() -> None:
 
 
 EXIT_FATAL = 3  # a child that cannot start (bad schema, bad config): restarting will not help
+HEALTHY_RUN = 60.0  # a child that lived this long restarts without the accumulated backoff
 
 
 def _child(target: str, dsn: str | None, schema: str | None, config: WorkerConfig, log_level: int) -> None:
-    logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s")
+    configure_logging(log_level, os.environ.get("PGQUEUE_LOG_FORMAT", "text"), process_name=True)
     try:
         code = run_worker(target, dsn, schema, config)
+    except DatabaseUnavailableError as exc:
+        # Transient (a restart, a failover, a network cut): the parent restarts this child
+        # with backoff; it must not take the other workers down with it.
+        print(f"error: {exc}", file=sys.stderr)
+        code = 1
     except PgQueueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         code = EXIT_FATAL
@@ -106,6 +114,7 @@ def run_processes(
     ctx = multiprocessing.get_context("spawn")
     stop = threading.Event()
     children: dict[int, Any] = {}
+    started_at: dict[int, float] = {}
     exit_code = 0
 
     def start(slot: int) -> None:
@@ -114,6 +123,7 @@ def run_processes(
         )
         proc.start()
         children[slot] = proc
+        started_at[slot] = time.monotonic()
 
     def forward(signum: int, _frame: Any) -> None:
         if stop.is_set():
@@ -145,6 +155,8 @@ def run_processes(
                 exit_code = EXIT_FATAL
                 forward(signal.SIGTERM, None)
                 continue
+            if time.monotonic() - started_at[slot] > HEALTHY_RUN:
+                backoff.pop(slot, None)  # it ran fine for a while: this is a fresh failure
             delay = min(backoff.get(slot, 0.25) * 2, 30.0)
             backoff[slot] = delay
             log.error("worker process %s exited with code %s; restarting it in %.1fs", proc.name, proc.exitcode, delay)

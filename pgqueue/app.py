@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, ov
 import psycopg
 
 from . import _enqueue
+from . import cron as _cron
 from ._sql import validate_schema
 from .config import DEFAULT_QUEUE, WorkerConfig, validate_queue
 from .errors import ConfigError, UnknownTaskError
@@ -26,7 +27,8 @@ __all__ = ["App", "Task", "TaskOptions"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
-_TASK_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$")
+_F = TypeVar("_F", bound=Callable[..., Any])
+_TASK_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,199}")  # fullmatch: "$" would let a trailing newline in
 DEFAULT_MAX_ATTEMPTS = 20
 
 
@@ -157,6 +159,8 @@ class App:
         self.max_payload_bytes = max_payload_bytes
         self.worker_config = worker_config or WorkerConfig()
         self.tasks: dict[str, Task[Any, Any]] = {}
+        self.schedules: dict[str, _cron.Schedule] = {}
+        self._unbound_periodic: list[Callable[..., Any]] = []  # @app.periodic below a future @app.task
 
     # -- configuration ------------------------------------------------------------------
 
@@ -217,13 +221,12 @@ class App:
 
         def register(func: Callable[..., Any]) -> Task[Any, Any]:
             task_name = name or f"{func.__module__}.{func.__qualname__}"
-            if not _TASK_NAME.match(task_name) or "<" in task_name:
+            if not _TASK_NAME.fullmatch(task_name):
                 raise ConfigError(f"invalid task name {task_name!r}: give name=... (letters, digits, _ . : -)")
             if task_name in self.tasks:
                 raise ConfigError(f"task {task_name!r} is already registered")
             validate_queue(queue)
-            if max_attempts < 1:
-                raise ConfigError("max_attempts must be at least 1")
+            _enqueue.check_max_attempts(max_attempts)
             if timeout is not None and not timeout > 0:
                 raise ConfigError("timeout must be positive")
             if priority not in _enqueue.PRIORITY_RANGE:
@@ -243,6 +246,7 @@ class App:
                 log_args=log_args,
             )
             self.tasks[task_name] = created
+            _cron.bind_pending(self, func, created)
             return created
 
         return register(fn) if fn is not None else register
@@ -253,6 +257,63 @@ class App:
         except KeyError:
             known = ", ".join(sorted(self.tasks)) or "none"
             raise UnknownTaskError(f"unknown task {name!r} (registered: {known})") from None
+
+    # -- cron -------------------------------------------------------------------------
+
+    def periodic(
+        self,
+        *,
+        cron: str,
+        name: str | None = None,
+        timezone: str = "UTC",
+        queue: str | None = None,
+        priority: int | None = None,
+        args: Mapping[str, Any] | None = None,
+        missed: _cron.MissedPolicy = _cron.DEFAULT_MISSED,
+        max_catchup: int = _cron.DEFAULT_MAX_CATCHUP,
+        grace: float = _cron.DEFAULT_GRACE,
+    ) -> Callable[[_F], _F]:
+        """Run a task on a cron schedule; stack it directly above or below ``@app.task``.
+
+        ``name`` (unique in the app, default: the task's name) identifies the schedule in
+        the database; keep it stable, renaming starts a new schedule. ``queue`` and
+        ``priority`` default to the task's. ``missed`` (``"skip"``, ``"latest"``, ``"all"``
+        up to ``max_catchup``) decides what happens to ticks more than ``grace`` seconds
+        overdue. Every worker process runs the scheduler; each tick becomes exactly one job.
+
+        Raises:
+            ConfigError: at declaration, for a bad expression, zone, policy or name.
+        """
+        options = {
+            "cron": cron, "timezone": timezone, "queue": queue, "priority": priority, "args": args,
+            "missed": missed, "max_catchup": max_catchup, "grace": grace,
+        }  # fmt: skip
+        return _cron.periodic(self, name, options)
+
+    def add_schedule(
+        self,
+        name: str,
+        *,
+        task: str,
+        cron: str,
+        timezone: str = "UTC",
+        queue: str | None = None,
+        priority: int | None = None,
+        args: Mapping[str, Any] | None = None,
+        missed: _cron.MissedPolicy = _cron.DEFAULT_MISSED,
+        max_catchup: int = _cron.DEFAULT_MAX_CATCHUP,
+        grace: float = _cron.DEFAULT_GRACE,
+    ) -> _cron.Schedule:
+        """Declare a schedule for a task given by name (it may live in another service).
+
+        Same options as :meth:`periodic`; ``queue``/``priority`` default to the task's
+        when it is registered in this app, else ``"default"``/0.
+        """
+        options = {
+            "cron": cron, "timezone": timezone, "queue": queue, "priority": priority, "args": args,
+            "missed": missed, "max_catchup": max_catchup, "grace": grace,
+        }  # fmt: skip
+        return _cron.add_schedule(self, name, task, options)
 
     # -- enqueue by name ----------------------------------------------------------------
 

@@ -28,19 +28,43 @@ def migrate(
     max_payload_bytes: Annotated[
         int | None, typer.Option(help="Server-side cap on a job's stored args (default 8 MiB).")
     ] = None,
+    create_roles: Annotated[
+        bool, typer.Option(help="Then create/update the owner, producer, worker and inspector roles (superuser).")
+    ] = False,
+    print_roles_sql: Annotated[
+        bool, typer.Option(help="Only print the roles SQL (for a DBA to run); touches no database.")
+    ] = False,
+    role_prefix: Annotated[
+        str | None, typer.Option(help="Role names are PREFIX_owner etc. (default: the schema).")
+    ] = None,
+    as_owner: Annotated[
+        bool, typer.Option(help="Run the migrations as the owner role (SET ROLE PREFIX_owner).")
+    ] = False,
 ) -> None:
     """Create or upgrade pgqueue's tables (safe to run concurrently and repeatedly)."""
     from .migrate import current_version
     from .migrate import migrate as run_migrate
+    from .roles import apply_roles, render_roles_sql, role_names
+
+    if print_roles_sql:
+        sys.stdout.write(guard(lambda: render_roles_sql(schema, role_prefix)))
+        return
 
     def go() -> None:
+        owner = role_names(schema, role_prefix).owner if (as_owner or create_roles) else None
         with connect(dsn) as conn:
-            applied = run_migrate(conn, schema, max_payload_bytes=max_payload_bytes)
+            applied = run_migrate(
+                conn, schema, max_payload_bytes=max_payload_bytes, as_role=owner if as_owner else None
+            )
             version = current_version(conn, schema)
+            if create_roles:
+                names = apply_roles(conn, schema, role_prefix)
         if applied:
             console.print(f"schema [bold]{schema}[/]: applied {', '.join(map(str, applied))}; now at version {version}")
         else:
             console.print(f"schema [bold]{schema}[/]: up to date at version {version}")
+        if create_roles:
+            console.print(f"roles: {', '.join(names.all())} (NOLOGIN groups: GRANT them to login users)")
 
     guard(go)
 
@@ -61,14 +85,32 @@ def work(
     poll_interval: Annotated[float, typer.Option(help="Safety-net polling interval, seconds.")] = 1.0,
     listen: Annotated[bool, typer.Option("--listen/--no-listen", help="Wake up on NOTIFY.")] = True,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR.")] = "INFO",
+    log_format: Annotated[
+        str, typer.Option(help="text, kv (key=value) or json (one object per line).", envvar="PGQUEUE_LOG_FORMAT")
+    ] = "text",
+    metrics_port: Annotated[
+        int | None, typer.Option(help="Serve Prometheus metrics on this port (N processes: N ports from it).")
+    ] = None,
+    metrics_host: Annotated[str, typer.Option(help="Address the metrics endpoint binds to.")] = "0.0.0.0",
+    retention_completed: Annotated[str, typer.Option(help="Keep completed jobs this long (36h, 14d, forever).")] = "1d",
+    retention_discarded: Annotated[str, typer.Option(help="Keep discarded jobs this long.")] = "14d",
+    retention_cancelled: Annotated[str, typer.Option(help="Keep cancelled jobs this long.")] = "7d",
 ) -> None:
     """Run workers for the tasks of MODULE:APP until SIGTERM/SIGINT."""
+    import os
+
+    from ._retention import parse_duration
     from ._supervisor import run_processes, run_worker
+    from .logging_setup import FORMATS, configure_logging
 
     level = getattr(logging, log_level.upper(), None)
     if not isinstance(level, int):
         raise fail(f"unknown log level {log_level!r}")
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if log_format not in FORMATS:
+        raise fail(f"unknown log format {log_format!r}: use {', '.join(FORMATS)}")
+    configure_logging(level, log_format)
+    if processes > 1:
+        os.environ["PGQUEUE_LOG_FORMAT"] = log_format  # the worker processes (spawned) follow it
 
     def go() -> int:
         config = WorkerConfig(
@@ -79,6 +121,12 @@ def work(
             poll_interval=poll_interval,
             shutdown_timeout=shutdown_timeout,
             listen=listen,
+            retention_completed=parse_duration(retention_completed),
+            retention_discarded=parse_duration(retention_discarded),
+            retention_cancelled=parse_duration(retention_cancelled),
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
+            metrics_port_span=processes,
         )
         if processes == 1:
             return run_worker(target, dsn, schema, config)
@@ -140,6 +188,10 @@ def demo(
     from .demo import run_demo
 
     guard(lambda: run_demo(resolve_dsn(dsn), schema, jobs, concurrency, console))
+
+
+from . import cli_jobs, cli_status  # noqa: E402,F401  (registers `pgqueue jobs ...`, `status`, `top`)
+from .cli_cron import cron_app as _cron_app  # noqa: E402,F401  (registers `pgqueue cron ...`)
 
 
 def main() -> None:

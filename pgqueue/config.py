@@ -10,12 +10,13 @@ from .errors import ConfigError, InvalidQueueError
 __all__ = ["DEFAULT_QUEUE", "WorkerConfig", "validate_queue"]
 
 DEFAULT_QUEUE = "default"
+DAY = 86_400.0
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
 
 
 def validate_queue(queue: str) -> str:
     """Return ``queue`` if it is a valid queue name, else raise :class:`InvalidQueueError`."""
-    if not isinstance(queue, str) or not _QUEUE_NAME.match(queue):
+    if not isinstance(queue, str) or not _QUEUE_NAME.fullmatch(queue):
         raise InvalidQueueError(
             f"invalid queue name {queue!r}: use 1-64 characters (letters, digits, _ . : -), "
             "starting with a letter or digit"
@@ -75,8 +76,27 @@ class WorkerConfig:
     listener_health_interval: float = 15.0
     #: Default attempts for jobs whose task is unknown to the rescuer's process.
     default_max_attempts: int = 20
+    #: A claim from the head of the claim index that takes this long (seconds) means dead
+    #: index entries are piling up (a long-held snapshot): the worker then resumes claims
+    #: after the last job it took, rewinding now and then (see _claim_cursor). 0: never.
+    claim_cursor_threshold: float = 0.02
     #: Identifies this process in job rows and errors; generated when empty.
     worker_id: str = ""
+    #: How long finished jobs are kept, per final state, in seconds (0: forever). Whole
+    #: day partitions are dropped once their day is older than this, so rows stay between
+    #: this and one day longer; yesterday's and today's partitions are always kept. The
+    #: maintenance leader applies its own values (give every worker the same) every
+    #: ``partition_interval`` and records them in the ``settings`` table.
+    retention_completed: float = DAY
+    retention_discarded: float = 14 * DAY
+    retention_cancelled: float = 7 * DAY
+    #: Serve Prometheus metrics over HTTP on this port (0: any free port); None: off.
+    metrics_port: int | None = None
+    #: Address the metrics endpoint binds to.
+    metrics_host: str = "0.0.0.0"
+    #: Ports to try from ``metrics_port`` on: with ``--processes N`` each process takes the
+    #: first free one of ``metrics_port .. metrics_port + N - 1``.
+    metrics_port_span: int = 1
 
     def __post_init__(self) -> None:
         if self.queues is not None:
@@ -100,10 +120,19 @@ class WorkerConfig:
         for name, value in positive.items():
             if not value > 0:
                 raise ConfigError(f"{name} must be positive, got {value!r}")
+        if self.claim_cursor_threshold < 0:
+            raise ConfigError("claim_cursor_threshold must not be negative")
         if self.vacuum_interval < 0 or self.vacuum_threshold < 0:
             raise ConfigError("vacuum_interval and vacuum_threshold must not be negative")
         if self.shutdown_timeout < 0 or self.completion_interval < 0:
             raise ConfigError("shutdown_timeout and completion_interval must not be negative")
+        for name in ("retention_completed", "retention_discarded", "retention_cancelled"):
+            if not getattr(self, name) >= 0:
+                raise ConfigError(f"{name} must be 0 (keep forever) or a positive number of seconds")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ConfigError(f"metrics_port must be between 0 and 65535, got {self.metrics_port!r}")
+        if self.metrics_port_span < 1:
+            raise ConfigError("metrics_port_span must be at least 1")
         if self.partition_days_ahead < 1:
             raise ConfigError("partition_days_ahead must be at least 1")
         if self.heartbeat_interval * 2 > self.lease:

@@ -20,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from ._cli_common import STATE_STYLE
 from .app import App
 from .errors import Retry
 from .migrate import migrate
@@ -98,21 +99,10 @@ def _counts(conn: psycopg.Connection[Any], schema: str) -> dict[str, int]:
     return counts
 
 
-_STYLE = {
-    "available": "cyan",
-    "scheduled": "blue",
-    "running": "yellow",
-    "retryable": "magenta",
-    "completed": "green",
-    "discarded": "red",
-    "cancelled": "dim",
-}
-
-
 def _state_line(counts: dict[str, int]) -> Text:
     line = Text()
     for state in STATES:
-        line.append(f"{state} ", style=_STYLE[state])
+        line.append(f"{state} ", style=STATE_STYLE[state])
         line.append(f"{counts[state]:,}   ", style="bold")
     return line
 

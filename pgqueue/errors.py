@@ -106,8 +106,8 @@ class Retry(JobControl):
 
     def __init__(self, after: float | timedelta = 0.0, reason: str = "retry requested") -> None:
         seconds = after.total_seconds() if isinstance(after, timedelta) else float(after)
-        if seconds < 0:
-            raise ConfigError("Retry(after=...) must not be negative")
+        if not 0 <= seconds <= 10 * 365 * 86400:  # also refuses NaN and infinity
+            raise ConfigError(f"Retry(after=...) must be between 0 and ten years, got {after!r}")
         super().__init__(reason)
         self.after = seconds
         self.reason = reason

@@ -27,19 +27,40 @@ def migrate(
     *,
     partition_days_ahead: int = 2,
     max_payload_bytes: int | None = None,
+    as_role: str | None = None,
 ) -> list[int]:
     """Apply every pending migration to ``schema``; returns the versions applied.
 
     All pending migrations run in one transaction under a lock keyed on the schema, so
     concurrent ``migrate`` calls queue up and the later ones find nothing to do.
     ``max_payload_bytes`` (re)sets the server-side cap on a job's stored arguments.
+    ``as_role`` runs everything under ``SET ROLE`` (e.g. the schema's owner role from
+    :mod:`pgqueue.roles`), so the objects created belong to that role.
     """
     validate_schema(schema)
+    if as_role is None:
+        return _migrate(conn, schema, partition_days_ahead, max_payload_bytes)
+    if not conn.autocommit:
+        raise MigrationError("migrate(as_role=...) needs an autocommit connection")
+    conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(as_role)))
+    try:
+        return _migrate(conn, schema, partition_days_ahead, max_payload_bytes)
+    finally:
+        if not conn.closed:
+            conn.execute("RESET ROLE")
+
+
+def _migrate(
+    conn: psycopg.Connection[Any], schema: str, partition_days_ahead: int, max_payload_bytes: int | None
+) -> list[int]:
     ident = sql.Identifier(schema)
     applied_now: list[int] = []
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"pgqueue.migrate:{schema}"])
-        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
+        # Only when missing: CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even
+        # when the schema exists, which the owner role of an installed schema need not have.
+        if conn.execute("SELECT to_regnamespace(%s) IS NULL", [schema]).fetchone() == (True,):
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(ident))
         conn.execute(
             sql.SQL(
                 "CREATE TABLE IF NOT EXISTS {}.migrations ("

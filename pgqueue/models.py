@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextvars
 import enum
+import threading
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
+
+from .errors import Cancel
 
 __all__ = ["FINAL_STATES", "Job", "JobContext", "JobSpec", "JobState"]
 
@@ -56,6 +60,27 @@ class JobContext:
     job: Job
     worker_id: str
     conn: Any = None
+    #: Set by the worker when an operator cancels this running job (``cancel_job()``);
+    #: picked up from the attempt that creates the context.
+    cancel_flag: threading.Event | None = field(default_factory=lambda: CANCEL_FLAG.get(None))
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once an operator asked this job to stop (seen at the worker's heartbeat)."""
+        return self.cancel_flag is not None and self.cancel_flag.is_set()
+
+    def check_cancelled(self) -> None:
+        """Raise :class:`pgqueue.Cancel` if an operator asked this job to stop.
+
+        Long sync handlers call this between steps: they cannot be interrupted otherwise.
+        """
+        if self.cancel_requested:
+            raise Cancel("cancelled by an operator")
+
+
+#: The running attempt's cancel flag; the worker sets it in each job's task context, and
+#: the executor carries that context into the handler's thread.
+CANCEL_FLAG: contextvars.ContextVar[threading.Event] = contextvars.ContextVar("pgqueue_cancel_flag")
 
 
 @dataclass(frozen=True, slots=True)

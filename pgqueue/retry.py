@@ -25,8 +25,9 @@ class Backoff:
     jitter: bool = True
 
     def __post_init__(self) -> None:
-        if self.base < 0 or self.cap < 0 or self.factor < 1:
-            raise ConfigError("Backoff needs base >= 0, cap >= 0 and factor >= 1")
+        # NaN fails every comparison; the cap bounds every delay (ten years at most).
+        if not (self.base >= 0 and 0 <= self.cap <= 10 * 365 * 86400 and self.factor >= 1):
+            raise ConfigError("Backoff needs base >= 0, 0 <= cap <= ten years and factor >= 1")
 
     def ceiling(self, attempt: int) -> float:
         exponent = max(attempt - 1, 0)

@@ -14,7 +14,8 @@ Design notes (invariants in DESIGN.md §3):
 * **Outcomes** go to the completer, which writes them in batches. Transactional tasks
   write their own completion inside the handler's transaction.
 * **Maintenance** (scheduler + rescuer, partitions) runs in every process; a
-  transaction-scoped advisory lock picks one process per tick.
+  transaction-scoped advisory lock picks one process per tick. So does the **cron**
+  scheduler (``_cron_loop``), when the app declares schedules.
 * **Shutdown** (``stop()``): stop claiming, let in-flight jobs finish for up to
   ``shutdown_timeout``, cancel the rest and release them to ``available`` without
   counting the attempt, then write every pending outcome.
@@ -43,18 +44,24 @@ import psycopg
 import psycopg.errors
 import psycopg_pool
 
+from ._claim_cursor import ClaimCursors
 from ._completer import Completer
-from ._executor import Executor
+from ._cron_loop import CronScheduler, scheduler_for
+from ._executor import Attempt, Executor
 from ._jobs_db import JobsDB, Outcome
-from ._listener import Listener
+from ._listener import Listener, application_name, brief, within
 from ._maintenance import Maintenance
 from ._partitions import ensure_partitions
+from ._registry import CancelFlags, Registry
+from ._safe_json import configure_connection
 from ._sql import channel_name
 from .app import App
 from .config import DEFAULT_QUEUE, WorkerConfig
 from .errors import DatabaseUnavailableError
+from .logging_setup import job_fields
+from .metrics import WorkerMetrics, serve_metrics
 from .migrate import require_current
-from .models import Job, JobState
+from .models import CANCEL_FLAG, Job, JobState
 
 __all__ = ["Worker", "WorkerStats"]
 
@@ -85,12 +92,15 @@ class Worker:
         self.app = app
         self.config = config or app.worker_config
         self.worker_id = self.config.worker_id or _default_worker_id()
-        queues = self.config.queues or sorted({t.queue for t in app.tasks.values()} | {DEFAULT_QUEUE})
+        queues = self.config.queues or sorted(
+            {t.queue for t in app.tasks.values()} | {s.queue for s in app.schedules.values()} | {DEFAULT_QUEUE}
+        )
         self.queues: tuple[str, ...] = tuple(queues)
         self.db = JobsDB(app.schema)
         self.stats = WorkerStats()
         self.started = asyncio.Event()
         self.listener: Listener | None = None
+        self.cron: CronScheduler | None = None
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -99,6 +109,10 @@ class Worker:
         self._started_at: dict[int, float] = {}
         self._slots_used = 0
         self._backlog = False
+        self._cursors = ClaimCursors(self.config.claim_cursor_threshold)
+        self._cancels = CancelFlags()
+        self._registry = Registry(self.db, self.worker_id, self.queues, self.config)
+        self.metrics: WorkerMetrics | None = None
         self._failure: BaseException | None = None
         self._side_tasks: list[asyncio.Task[None]] = []
         self._sync_pool: psycopg_pool.ConnectionPool | None = None
@@ -143,9 +157,10 @@ class Worker:
         pool = psycopg_pool.AsyncConnectionPool(
             dsn,
             min_size=2,
-            # fetcher, completer, heartbeat, maintenance, vacuum (+ transactional handlers)
-            max_size=5 + (cfg.concurrency if transactional_async else 0),
-            kwargs={"autocommit": True},
+            # fetcher, completer, heartbeat, maintenance, vacuum, cron (+ transactional handlers)
+            max_size=6 + (cfg.concurrency if transactional_async else 0),
+            kwargs={"autocommit": True, **application_name(dsn, "worker")},
+            configure=configure_connection,  # no stored args can crash a claim
             open=False,
             name=f"pgqueue-{self.worker_id}",
         )
@@ -153,7 +168,9 @@ class Worker:
         try:
             await pool.open(wait=True, timeout=30)
             self._pool = pool
-            self._maintenance = Maintenance(self.db, pool, dsn=dsn, schema=self.app.schema, config=cfg)
+            self._maintenance = Maintenance(
+                self.db, pool, dsn=dsn, schema=self.app.schema, config=cfg, worker_id=self.worker_id
+            )
             self._executor = Executor(
                 db=self.db, worker_id=self.worker_id, threads=threads, pool=pool, sync_pool=self._get_sync_pool
             )
@@ -164,10 +181,14 @@ class Worker:
                 interval=cfg.completion_interval,
                 on_written=self._on_written,
                 repair_partitions=self._maintenance.repair_partitions,
+                timeout=cfg.lease,
             )
             self._spawn(self._completer.run(), "completer")
             self._spawn(self._heartbeat_loop(), "heartbeat")
             self._spawn(self._maintenance.run_ticks(), "maintenance")
+            self.cron = scheduler_for(self.app, pool, worker_id=self.worker_id)
+            if self.cron is not None:
+                self._spawn(self.cron.run(), "cron")
             if cfg.vacuum_interval > 0:
                 self._spawn(self._maintenance.run_vacuum(), "vacuum")
             if cfg.listen:
@@ -186,10 +207,13 @@ class Worker:
                 cfg.concurrency,
                 len(self.app.tasks),
             )
+            await self._start_observability()
             self.started.set()
             await self._fetch_loop()
             await self._shutdown()
         finally:
+            if self.metrics is not None:
+                await asyncio.to_thread(self.metrics.close)
             for t in self._side_tasks:
                 t.cancel()
             await asyncio.gather(*self._side_tasks, return_exceptions=True)
@@ -199,6 +223,12 @@ class Worker:
                 await asyncio.to_thread(self._sync_pool.close)
         if self._failure is not None:
             raise self._failure
+
+    async def _start_observability(self) -> None:
+        """Register in the worker registry; serve metrics if ``metrics_port`` is set."""
+        async with self._pool.connection() as conn:
+            await self._registry.beat(conn, {}, self.config.lease, in_flight=0, listener_connected=False)
+        self.metrics = await serve_metrics(self)
 
     def _check_database(self, dsn: str) -> None:
         try:
@@ -229,7 +259,7 @@ class Worker:
                     self.app.dsn,
                     min_size=1,
                     max_size=self.config.concurrency,
-                    kwargs={"autocommit": True},
+                    kwargs={"autocommit": True, **application_name(self.app.dsn, "job")},
                     open=True,
                 )
             return self._sync_pool
@@ -253,15 +283,24 @@ class Worker:
                         if self._stopping.is_set():
                             break  # stop() came while we waited for a connection
                         batch = self._completer.take()
-                        jobs, written = await self.db.claim(
-                            conn,
-                            queues=self.queues,
-                            task_limits=task_limits,
-                            limit=limit,
-                            lease=cfg.lease,
-                            worker_id=self.worker_id,
-                            outcomes=[(j.id, j.lease_token, o) for j, o in batch],
+                        began = time.monotonic()
+                        after = self._cursors.after(began)
+                        jobs, written = await within(
+                            cfg.lease,  # a claim answered after its lease is worthless anyway
+                            self.db.claim(
+                                conn,
+                                queues=self.queues,
+                                task_limits=task_limits,
+                                limit=limit,
+                                lease=cfg.lease,
+                                worker_id=self.worker_id,
+                                outcomes=[(j.id, j.lease_token, o) for j, o in batch],
+                                after=after,
+                            ),
+                            "claim",
                         )
+                    done = time.monotonic()
+                    self._cursors.observe(jobs, from_head=not after, elapsed=done - began, now=done)
                     error_backoff = 0.05
                     if batch:
                         self._completer.acknowledge(batch, written)
@@ -270,7 +309,7 @@ class Worker:
                         self._completer.give_back(batch)  # the completer retries (and repairs partitions)
                     if isinstance(exc, psycopg.errors.CheckViolation) and "no partition" not in str(exc):
                         raise
-                    log.warning("claim failed (%s); retrying in %.2fs", exc, error_backoff)
+                    log.warning("claim failed (%s); retrying in %.2fs", brief(exc), error_backoff)
                     await self._sleep_unless_stopping(error_backoff)
                     error_backoff = min(error_backoff * 2, 5.0)
                     continue
@@ -279,6 +318,8 @@ class Worker:
                     break
                 self.stats.claims += 1
                 self.stats.claimed += len(jobs)
+                if self.metrics is not None:
+                    self.metrics.jobs_claimed(jobs)
                 if not jobs:
                     self.stats.empty_claims += 1
                 for job in jobs:
@@ -298,9 +339,11 @@ class Worker:
     async def _release_unstarted(self, jobs: list[Job]) -> None:
         try:
             async with self._pool.connection() as conn:
-                self.stats.released += await self.db.release(conn, {j.id: j.lease_token for j in jobs})
+                self.stats.released += await within(
+                    self.config.lease, self.db.release(conn, {j.id: j.lease_token for j in jobs}), "release"
+                )
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
-            log.error("could not release %d jobs claimed during stop (%s); the rescuer will", len(jobs), exc)
+            log.error("could not release %d jobs claimed during stop (%s); the rescuer will", len(jobs), brief(exc))
 
     async def _sleep_unless_stopping(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -314,14 +357,20 @@ class Worker:
 
     async def _run_job(self, job: Job) -> None:
         task = self.app.tasks[job.task]
+        CANCEL_FLAG.set(self._cancels.open(job.id, interruptible=task.is_async))
         try:
             attempt = await self._executor.run(task, job)
-        except BaseException:
-            # Cancelled: by shutdown (which releases the lease) or by a lost lease (already
-            # dropped from _held). Either way nothing is written from here.
-            self._active.pop(job.id, None)
-            self._slot_freed()
-            raise
+        except BaseException as exc:
+            if not self._cancels.absorbs(job.id, exc):
+                # Cancelled: by shutdown (which releases the lease) or by a lost lease
+                # (already dropped from _held). Either way nothing is written from here.
+                self._active.pop(job.id, None)
+                self._cancels.close(job.id)
+                self._slot_freed()
+                raise
+            attempt = Attempt(self._cancels.cancelled_outcome(job, self.worker_id))  # operator cancel
+        attempt.outcome = self._cancels.adjust(job.id, attempt.outcome)
+        self._cancels.close(job.id)
         self._active.pop(job.id, None)
         try:
             if attempt.outcome is not None:
@@ -369,6 +418,8 @@ class Worker:
             self._maybe_refill()
         if not accepted:
             self.stats.refused += 1
+            if self.metrics is not None:
+                self.metrics.outcome_refused(job)
             log.warning(
                 "job %d %s attempt %d: outcome %s refused, the lease was lost (the job was rescued)",
                 job.id,
@@ -389,15 +440,21 @@ class Worker:
 
     def _log_outcome(self, job: Job, state: JobState, outcome: Outcome | None = None) -> None:
         started = self._started_at.pop(job.id, None)
+        seconds = None if started is None else time.monotonic() - started
+        if self.metrics is not None:
+            self.metrics.job_finished(job, state, seconds)
         if not log.isEnabledFor(logging.INFO):
             return
-        took = "" if started is None else f" in {(time.monotonic() - started) * 1000:.1f}ms"
+        took = "" if seconds is None else f" in {seconds * 1000:.1f}ms"
         detail = ""
         if outcome is not None and outcome.error is not None:
             detail = f": {outcome.error.get('type')}: {str(outcome.error.get('message'))[:200]}"
         if state is JobState.RETRYABLE and outcome is not None:
             detail += f" (retry in {outcome.delay:.1f}s)"
-        args = f" args={job.args!r}" if self.app.tasks[job.task].log_args else ""
+        log_args = self.app.tasks[job.task].log_args
+        args = f" args={job.args!r}" if log_args else ""
+        error = outcome.error if outcome is not None else None
+        retry_in = outcome.delay if outcome is not None and state is JobState.RETRYABLE else None
         log.info(
             "job %d %s queue=%s attempt=%d/%d %s%s%s%s",
             job.id,
@@ -409,6 +466,7 @@ class Worker:
             took,
             detail,
             args,
+            extra=job_fields(job, state, seconds=seconds, error=error, retry_in=retry_in, log_args=log_args),
         )
 
     # -- leases -----------------------------------------------------------------------
@@ -418,14 +476,25 @@ class Worker:
         while True:
             await asyncio.sleep(cfg.heartbeat_interval)
             held = dict(self._held)
-            if not held:
-                continue
+            # Also the registry's heartbeat: one statement per interval when idle.
+            listening = self.listener is not None and self.listener.connected.is_set()
             try:
                 async with self._pool.connection() as conn:
-                    still = await self.db.extend_leases(conn, held, cfg.lease)
+                    still = await within(
+                        cfg.lease,
+                        self._registry.beat(
+                            conn, held, cfg.lease, in_flight=len(self._active), listener_connected=listening
+                        ),
+                        "heartbeat",
+                    )
             except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
-                log.warning("heartbeat failed for %d leases (%s)", len(held), exc)
+                log.warning("heartbeat failed for %d leases (%s)", len(held), brief(exc))
                 continue
+            for job_id in self._cancels.request(still):
+                log.info("job %d: cancel requested by an operator; cancelling its handler", job_id)
+                active = self._active.get(job_id)
+                if active is not None:
+                    active.cancel()
             for job_id in held.keys() - still:
                 if self._held.get(job_id) != held[job_id]:
                     continue  # its outcome was written meanwhile: not lost
@@ -449,7 +518,7 @@ class Worker:
         if leftover:
             try:
                 async with self._pool.connection() as conn:
-                    released = await self.db.release(conn, leftover)
+                    released = await within(cfg.lease, self.db.release(conn, leftover), "release")
                 self.stats.released += released
                 log.warning(
                     "shutdown timeout (%.1fs): released %d unfinished jobs back to available",
@@ -457,7 +526,7 @@ class Worker:
                     released,
                 )
             except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
-                log.error("could not release %d jobs (%s); the rescuer will retry them", len(leftover), exc)
+                log.error("could not release %d jobs (%s); the rescuer will retry them", len(leftover), brief(exc))
             for job_id in leftover:
                 self._held.pop(job_id, None)
         try:
@@ -467,4 +536,8 @@ class Worker:
                 "could not write %d job outcomes before exiting; the rescuer will retry them",
                 len(self._completer),
             )
+        try:
+            await self._registry.deregister(self._pool)
+        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+            log.warning("could not remove the worker's registration (%s); it will expire", exc)
         log.info("worker %s stopped", self.worker_id)

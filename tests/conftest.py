@@ -27,7 +27,7 @@ from pytest_postgresql import factories
 import pgqueue
 from pgqueue.migrate import migrate
 
-pytest_plugins = ["tests.enqueue_support"]
+pytest_plugins = ["tests.enqueue_support", "tests.hostile_support", "tests.roles_support"]
 
 _embedded: Any = None
 

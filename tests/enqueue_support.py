@@ -17,7 +17,7 @@ from psycopg import pq, sql
 from psycopg.rows import dict_row
 
 import pgqueue
-from pgqueue._jobs_db import Outcome, outcome_params
+from pgqueue._jobs_db import Outcome, cursor_params, outcome_params
 from pgqueue._sql import queries_for
 from pgqueue.models import JobState
 
@@ -119,7 +119,7 @@ def claim(conn: Conn, queue: str, tasks: dict[str, int], limit: int = 10) -> lis
     return conn.execute(
         Q["job_claim_one_queue"],
         {
-            "queue": queue,
+            **cursor_params([queue]),
             "tasks": list(tasks),
             "task_max_attempts": list(tasks.values()),
             "limit": limit,

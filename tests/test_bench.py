@@ -148,3 +148,24 @@ def test_plot(dsn: str, tmp_path: Path) -> None:
         path = tmp_path / f"{result['workload']}.png"
         _plot.plot(result, path)
         assert path.read_bytes().startswith(b"\x89PNG")
+
+
+def test_memory(dsn: str, tmp_path: Path) -> None:
+    out = tmp_path / "memory.json"
+    result = CliRunner().invoke(app, ["memory", "--quick", "--dsn", dsn, "--json", str(out)])
+    assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
+    data = json.loads(out.read_text())
+    assert [row["jobs"] for row in data["enqueue_many"]] == [1000, 5000]
+    for row in data["enqueue_many"]:
+        positive(row, "peak MiB", "jobs/s")
+    assert data["worker"]["max RSS MiB under load"] > 0
+
+
+def test_idle(dsn: str, tmp_path: Path) -> None:
+    out = tmp_path / "idle.json"
+    result = CliRunner().invoke(app, ["idle", "--quick", "--dsn", dsn, "--json", str(out)])
+    assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
+    data = json.loads(out.read_text())
+    assert data["queries/s"] >= 0
+    assert data["CPU %"] >= 0
+    assert data["seconds"] >= 2

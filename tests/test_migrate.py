@@ -14,6 +14,7 @@ import pytest
 from psycopg import sql
 
 import pgqueue
+from pgqueue._jobs_db import cursor_params
 from pgqueue._partitions import FINISHED_PARENTS, ensure_partitions, partition_name
 from pgqueue._sql import load_migrations, queries_for
 from pgqueue.migrate import current_version, latest_version, migrate, require_current
@@ -265,7 +266,7 @@ def test_finished_jobs_land_in_todays_partition(conn: Conn) -> None:
     job_id = scalar(conn, "SELECT pgqueue.enqueue('t', queue => 'p')")
     claimed = conn.execute(
         q["job_claim_one_queue"],
-        {"queue": "p", "tasks": ["t"], "task_max_attempts": [3], "limit": 1, "lease": 30.0, "worker_id": "w"},
+        {**cursor_params(["p"]), "tasks": ["t"], "task_max_attempts": [3], "limit": 1, "lease": 30.0, "worker_id": "w"},
     ).fetchall()
     assert [r[0] for r in claimed] == [job_id]
     assert scalar(conn, "SELECT tableoid::regclass::text FROM pgqueue.jobs WHERE id = %s", [job_id]) == (
@@ -291,7 +292,7 @@ def test_live_partition_has_exactly_the_documented_indexes(conn: Conn) -> None:
     assert "UNIQUE INDEX jobs_live_pkey" in rows["jobs_live_pkey"]
     assert rows["jobs_live_pkey"].endswith("(id)")
     fetch = rows["jobs_live_fetch"]
-    assert "(queue, priority DESC, run_at, id)" in fetch
+    assert "(queue, ((- (priority)::integer)), run_at, id)" in fetch
     assert "WHERE (state = 'available'::pgqueue.job_state)" in fetch
     unique = rows["jobs_live_unique_key"]
     assert "UNIQUE INDEX" in unique
@@ -342,8 +343,7 @@ def test_claim_plan_uses_the_fetch_index(conn: Conn, query: str) -> None:
     )
     conn.execute("ANALYZE pgqueue.jobs_live")
     params = {
-        "queue": "q0",
-        "queues": ["q0", "q1"],
+        **cursor_params(["q0"] if query == "job_claim_one_queue" else ["q0", "q1"]),
         "tasks": ["t"],
         "task_max_attempts": [5],
         "limit": 10,

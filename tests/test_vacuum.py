@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import psycopg
+import pytest
 
 import pgqueue
 from tests.conftest import async_wait_until, running_worker
@@ -47,3 +49,31 @@ async def test_vacuum_is_skipped_below_the_threshold(app: pgqueue.App, conn: psy
         await async_wait_until(lambda: worker.stats.completed == 50)
         await asyncio.sleep(0.6)  # a negative check: six vacuum intervals pass without a vacuum
         assert _vacuum_count(conn) == before
+
+
+async def test_vacuum_names_the_snapshot_that_pins_dead_rows_and_backs_off(
+    app: pgqueue.App, conn: psycopg.Connection[Any], dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    @app.task(name="noop")
+    async def noop() -> None:
+        return None
+
+    with psycopg.connect(dsn, application_name="long-report") as holder:
+        holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        holder.execute("SELECT 1")  # takes the snapshot: rows that die from now on stay
+        holder_pid = holder.info.backend_pid
+        with conn.transaction():
+            app.enqueue_many(conn, (noop.job() for _ in range(2000)))
+        caplog.set_level(logging.WARNING, logger="pgqueue.maintenance")
+        async with running_worker(app, concurrency=50, vacuum_interval=0.1, vacuum_threshold=500) as worker:
+            await async_wait_until(lambda: worker.stats.completed == 2000, timeout=60)
+            record = await async_wait_until(
+                lambda: next((r for r in caplog.records if "held a snapshot" in r.getMessage()), None), timeout=30
+            )
+            vacuums = _vacuum_count(conn)
+            await asyncio.sleep(0.5)  # a negative check: five base intervals, but the next one is >= 0.16s away
+            backed_off = _vacuum_count(conn) - vacuums
+        holder.rollback()
+    message = record.getMessage()
+    assert f"pid {holder_pid} ('long-report')" in message
+    assert backed_off <= 2

@@ -26,7 +26,7 @@ def build_app(dsn: str) -> pgqueue.App:
 
 def main() -> None:
     global REPORT
-    args = parse([("--fetch-batch", int, 100)])
+    args = parse([("--fetch-batch", int, 100), ("--claim-cursor-threshold", float, 0.02)])
     REPORT = args.report
     logging.basicConfig(level=logging.WARNING)
     app = build_app(args.dsn)
@@ -36,6 +36,7 @@ def main() -> None:
         queues=tuple(args.queues.split(",")),
         listen=not args.no_listen,
         poll_interval=args.poll_interval,
+        claim_cursor_threshold=args.claim_cursor_threshold,
     )
 
     async def run() -> None:

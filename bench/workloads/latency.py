@@ -43,7 +43,7 @@ def run(
 
     def one(lab: str, _rep: int) -> dict[str, float]:
         contender, mode = by_label[lab]
-        extra = ("--poll-interval", str(poll_interval))
+        extra: tuple[str, ...] = ("--poll-interval", str(poll_interval))
         if mode == "poll":
             extra = ("--no-listen", *extra)
         with psycopg.connect(dsn, autocommit=True) as conn:

@@ -66,7 +66,7 @@ def run(dsn: str, contenders: list[Contender], cfg: Steady, *, every: float, rep
         rows = intervals(timeline, every, cfg.sample / 2)
         per_interval[name].append(rows)
         timelines[name].append(timeline)
-        out = {k: metrics[k] for k in ("jobs/s", "depth max") if k in metrics}
+        out: dict[str, float] = {k: metrics[k] for k in ("jobs/s", "depth max") if k in metrics}
         if rows:
             first, last = rows[0]["jobs/s"], rows[-1]["jobs/s"]
             out["drift %"] = 100 * (last - first) / first if first else 0.0

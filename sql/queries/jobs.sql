@@ -38,13 +38,18 @@ SELECT now()
 SELECT pg_notify({channel}, q) FROM unnest(%(queues)s::text[]) AS q
 
 -- name: job_claim_one_queue
--- Claim up to %(limit)s available jobs of one queue in the index's order, taking a fresh
--- lease on each. A NULL max_attempts becomes the task's own setting.
+-- Claim up to %(limit)s available jobs of one queue in the index's order (priority DESC,
+-- run_at, id, i.e. ((-priority), run_at, id) ascending), taking a fresh lease on each,
+-- starting after the cursor %(after)s (the key of the last job a previous claim took; a
+-- cursor below every key scans from the head). A NULL max_attempts becomes the task's own
+-- setting.
 WITH picked AS (
     SELECT id
     FROM {schema}.jobs_live
     WHERE state = 'available' AND queue = %(queue)s AND task = ANY(%(tasks)s::text[])
-    ORDER BY priority DESC, run_at, id
+      AND ((-priority::integer), run_at, id) > (%(after_priority)s::integer, %(after_run_at)s::timestamptz,
+                                               %(after_id)s::bigint)
+    ORDER BY (-priority::integer), run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
@@ -65,16 +70,18 @@ RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempt, j.max_attempts,
           j.lease_token, j.run_at, j.created_at, now() - j.run_at AS pickup_delay
 
 -- name: job_claim_many_queues
--- Same as job_claim_one_queue over several queues: one ordered index scan per queue,
--- merged, so no queue starves and no sort over the backlog is needed.
+-- Same as job_claim_one_queue over several queues, each with its own cursor: one ordered
+-- index scan per queue, merged, so no queue starves and no sort over the backlog is needed.
 WITH candidates AS (
     SELECT c.id, c.priority, c.run_at
-    FROM unnest(%(queues)s::text[]) AS q(name)
+    FROM unnest(%(queues)s::text[], %(after_priority)s::integer[], %(after_run_at)s::timestamptz[],
+                %(after_id)s::bigint[]) AS q(name, after_priority, after_run_at, after_id)
     CROSS JOIN LATERAL (
         SELECT id, priority, run_at
         FROM {schema}.jobs_live
         WHERE state = 'available' AND queue = q.name AND task = ANY(%(tasks)s::text[])
-        ORDER BY priority DESC, run_at, id
+          AND ((-priority::integer), run_at, id) > (q.after_priority, q.after_run_at, q.after_id)
+        ORDER BY (-priority::integer), run_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
     ) AS c
@@ -147,7 +154,8 @@ WITH outcome AS (
 SELECT id FROM retried UNION ALL SELECT id FROM moved
 
 -- name: job_extend_leases
--- Heartbeat: extend the leases this worker still holds; returns the ids still held.
+-- Heartbeat: extend the leases this worker still holds; returns the ids still held, each
+-- with whether an operator asked it to stop (cancel_job()).
 WITH locked AS MATERIALIZED (
     SELECT j.id
     FROM {schema}.jobs_live AS j
@@ -161,7 +169,7 @@ UPDATE {schema}.jobs_live AS j
 SET lease_expires_at = now() + make_interval(secs => %(lease)s::float8)
 FROM locked AS l
 WHERE j.id = l.id
-RETURNING j.id
+RETURNING j.id, j.cancel_requested_at IS NOT NULL
 
 -- name: job_release
 -- Graceful shutdown: hand unfinished jobs back as available, not counting the attempt.

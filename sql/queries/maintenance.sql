@@ -8,7 +8,11 @@
 --   scheduler: scheduled/retryable jobs that are due become available (and wake workers);
 --   rescuer:   running jobs whose lease expired become retryable with backoff, or
 --              discarded when out of attempts; each gets an error entry saying why.
--- Returns (leader, promoted, rescued, discarded).
+-- Only timers at or after %(since)s are scanned (NULL: all): the caller passes a watermark
+-- a little before its previous complete tick, so that timer entries left behind by
+-- finished jobs (dead, and not removable while an old snapshot is held) are not walked
+-- again every second; it passes NULL now and then to catch stragglers.
+-- Returns (leader, promoted, rescued, discarded, notified, now).
 WITH leader AS (
     SELECT pg_try_advisory_xact_lock(hashtextextended(%(lock_name)s, 0)) AS ok
 ), due AS (
@@ -16,6 +20,8 @@ WITH leader AS (
     FROM {schema}.jobs_live
     WHERE state IN ('scheduled', 'retryable')
       AND (CASE WHEN state = 'running' THEN lease_expires_at ELSE run_at END) <= now()
+      AND (CASE WHEN state = 'running' THEN lease_expires_at ELSE run_at END)
+          >= coalesce(%(since)s::timestamptz, '-infinity')
       AND (SELECT ok FROM leader)
     ORDER BY (CASE WHEN state = 'running' THEN lease_expires_at ELSE run_at END)
     LIMIT %(batch)s
@@ -31,6 +37,8 @@ WITH leader AS (
     FROM {schema}.jobs_live
     WHERE state = 'running'
       AND (CASE WHEN state = 'running' THEN lease_expires_at ELSE run_at END) < now()
+      AND (CASE WHEN state = 'running' THEN lease_expires_at ELSE run_at END)
+          >= coalesce(%(since)s::timestamptz, '-infinity')
       AND (SELECT ok FROM leader)
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
@@ -72,7 +80,8 @@ SELECT (SELECT ok FROM leader) AS leader,
        (SELECT count(*) FROM promoted) AS promoted,
        (SELECT count(*) FROM rescued) AS rescued,
        (SELECT count(*) FROM discarded) AS discarded,
-       (SELECT count(*) FROM notified) AS notified
+       (SELECT count(*) FROM notified) AS notified,
+       now() AS now
 
 -- name: partition_lock
 -- Serialises partition maintenance across nodes for the current transaction.
@@ -93,10 +102,26 @@ WHERE n.nspname = %(schema)s
 SELECT (now() AT TIME ZONE 'UTC')::date
 
 -- name: live_dead_tuples
--- Dead and live row versions of the live partition (cumulative statistics).
-SELECT coalesce(n_dead_tup, 0), coalesce(n_live_tup, 0)
-FROM pg_stat_user_tables
-WHERE relid = to_regclass(%(table)s)
+-- Dead and live row versions of the live partition (cumulative statistics), and whether
+-- this session may VACUUM it (the owner; from PostgreSQL 17 also the MAINTAIN privilege):
+-- without that right PostgreSQL skips the VACUUM with a mere warning.
+SELECT coalesce(s.n_dead_tup, 0), coalesce(s.n_live_tup, 0),
+       CASE WHEN current_setting('server_version_num')::int >= 170000
+            THEN has_table_privilege(c.oid, 'MAINTAIN')
+            ELSE pg_has_role(c.relowner, 'USAGE') END
+FROM pg_stat_user_tables AS s
+JOIN pg_class AS c ON c.oid = s.relid
+WHERE s.relid = to_regclass(%(table)s)
+
+-- name: oldest_snapshot
+-- The session holding the oldest snapshot (what keeps VACUUM from removing dead rows):
+-- pid, application name and how long its transaction has been open, in seconds.
+SELECT pid, application_name, extract(epoch FROM now() - xact_start)::float8
+FROM pg_stat_activity
+WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
+  AND datname = current_database()  -- other databases' snapshots do not pin our rows
+ORDER BY age(backend_xmin) DESC
+LIMIT 1
 
 -- name: vacuum_lock
 -- Session-level: only one process vacuums the live partition at a time.

@@ -163,6 +163,7 @@ def force_rescue(dsn: str, job_id: int, *, hold: bool, timeout: float = 10.0) ->
                 tick,
                 {
                     "lock_name": "pgqueue.maintenance:pgqueue",
+                    "since": None,
                     "batch": 1000,
                     "backoff_base": 0.0,
                     "backoff_cap": 0.0,
