@@ -100,8 +100,11 @@ class CancelFlags:
         self._flags[job_id] = (flag, interruptible)
         return flag
 
-    def close(self, job_id: int) -> None:
-        self._flags.pop(job_id, None)
+    def close(self, job_id: int, flag: threading.Event) -> None:
+        """Drop an attempt's flag (not a newer attempt's of the same job)."""
+        entry = self._flags.get(job_id)
+        if entry is not None and entry[0] is flag:
+            del self._flags[job_id]
 
     def request(self, job_ids: Mapping[int, bool]) -> list[int]:
         """Set the flags of the jobs whose heartbeat answer says cancel; returns the ids

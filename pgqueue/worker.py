@@ -350,28 +350,40 @@ class Worker:
             await asyncio.wait_for(self._stopping.wait(), seconds)
 
     def _start(self, job: Job) -> None:
+        stale = self._active.get(job.id)
+        if stale is not None:
+            # This process claimed the job again while an earlier attempt still runs here:
+            # that attempt lost its lease (the process froze past it and the job was
+            # rescued), so it can never complete. Stop it; its outcome would be fenced.
+            log.warning("job %d claimed again while a stale attempt still ran here; cancelling that one", job.id)
+            stale.cancel()
         self._slots_used += 1
         self._held[job.id] = job.lease_token
         self._started_at[job.id] = time.monotonic()
         self._active[job.id] = asyncio.create_task(self._run_job(job), name=f"pgqueue-job-{job.id}")
 
+    def _forget(self, job_id: int, flag: threading.Event) -> None:
+        """Drop an attempt's bookkeeping, unless a newer attempt of the job owns it."""
+        if self._active.get(job_id) is asyncio.current_task():
+            del self._active[job_id]
+        self._cancels.close(job_id, flag)
+
     async def _run_job(self, job: Job) -> None:
         task = self.app.tasks[job.task]
-        CANCEL_FLAG.set(self._cancels.open(job.id, interruptible=task.is_async))
+        flag = self._cancels.open(job.id, interruptible=task.is_async)
+        CANCEL_FLAG.set(flag)
         try:
             attempt = await self._executor.run(task, job)
         except BaseException as exc:
             if not self._cancels.absorbs(job.id, exc):
                 # Cancelled: by shutdown (which releases the lease) or by a lost lease
                 # (already dropped from _held). Either way nothing is written from here.
-                self._active.pop(job.id, None)
-                self._cancels.close(job.id)
+                self._forget(job.id, flag)
                 self._slot_freed()
                 raise
             attempt = Attempt(self._cancels.cancelled_outcome(job, self.worker_id))  # operator cancel
         attempt.outcome = self._cancels.adjust(job.id, attempt.outcome)
-        self._cancels.close(job.id)
-        self._active.pop(job.id, None)
+        self._forget(job.id, flag)
         try:
             if attempt.outcome is not None:
                 if job.id in self._held:

@@ -117,7 +117,7 @@ async def test_late_outcome_never_touches_the_new_holder(
 
                 gate2.set()
                 await async_wait_until(lambda: state_of(conn, job_id) == "completed")
-                assert w2.stats.completed == 1
+                await async_wait_until(lambda: w2.stats.completed == 1)  # counted on reading the reply
             assert (w1.stats.completed, w1.stats.retried, w1.stats.discarded) == (0, 0, 0)
     finally:
         gate1.set()
@@ -153,6 +153,41 @@ async def test_heartbeat_notices_a_lost_lease_and_cancels_the_handler(
     assert (row["state"], row["attempt"]) == ("retryable", 1)
     assert_lease_expired_errors(row["errors"], [1])
     assert (worker.stats.completed, worker.stats.retried, worker.stats.released) == (0, 0, 0)
+
+
+async def test_a_job_claimed_again_by_the_same_process_stops_its_stale_attempt(
+    app: pgqueue.App, conn: psycopg.Connection[Any], dsn: str
+) -> None:
+    events: list[tuple[str, int]] = []
+
+    @app.task(name="sticky", pass_context=True)
+    async def sticky(ctx: pgqueue.JobContext) -> None:
+        events.append(("start", ctx.job.attempt))
+        if ctx.job.attempt == 1:
+            try:
+                await asyncio.sleep(60)  # frozen, as far as its lease is concerned
+            except asyncio.CancelledError:
+                events.append(("cancelled", 1))
+                raise
+        events.append(("done", ctx.job.attempt))
+
+    job_id = sticky.enqueue(conn)
+    # Heartbeats far apart: the rescued job comes back to this very process before its
+    # heartbeat could notice that attempt 1 lost its lease.
+    async with running_worker(app, lease=60, heartbeat_interval=30) as worker:
+        await async_wait_until(lambda: ("start", 1) in events)
+        await asyncio.to_thread(force_rescue, dsn, job_id, hold=False)
+        await async_wait_until(lambda: ("done", 2) in events)
+        await async_wait_until(lambda: ("cancelled", 1) in events, timeout=5)
+        await async_wait_until(lambda: worker.in_flight == 0 and worker.stats.completed == 1, timeout=5)
+    assert events == [("start", 1), ("start", 2), ("cancelled", 1), ("done", 2)] or events == [
+        ("start", 1),
+        ("cancelled", 1),
+        ("start", 2),
+        ("done", 2),
+    ]
+    row = job_row(conn, job_id)
+    assert (row["state"], row["attempt"]) == ("completed", 2)
 
 
 # -- subprocesses -----------------------------------------------------------------------
