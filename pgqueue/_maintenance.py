@@ -16,6 +16,7 @@ import asyncio
 import logging
 import random
 import time
+from collections.abc import Awaitable, Callable
 
 import psycopg
 import psycopg.errors
@@ -37,6 +38,8 @@ log = logging.getLogger("pgqueue.maintenance")
 RESCUE_BACKOFF = Backoff()
 #: Most jobs one tick promotes, and most it rescues.
 TICK_BATCH = 1000
+#: Seconds before partition upkeep or retention is tried again after a failure.
+UPKEEP_RETRY = 30.0
 #: Longest wait between vacuums of the live partition while a snapshot pins dead rows.
 MAX_VACUUM_INTERVAL = 300.0
 
@@ -92,11 +95,9 @@ class Maintenance:
                 if result.promoted:
                     log.debug("%d scheduled/retryable jobs became available", result.promoted)
                 if time.monotonic() >= next_partitions:
-                    await self.repair_partitions()
-                    next_partitions = time.monotonic() + cfg.partition_interval
+                    next_partitions = time.monotonic() + await self._upkeep(self.repair_partitions, "partition upkeep")
                 if time.monotonic() >= next_retention:
-                    await self.apply_retention()
-                    next_retention = time.monotonic() + cfg.partition_interval
+                    next_retention = time.monotonic() + await self._upkeep(self.apply_retention, "retention")
             except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
                 log.warning("maintenance tick failed (%s)", brief(exc))
             await asyncio.sleep(cfg.maintenance_interval * random.uniform(0.8, 1.2))
@@ -137,6 +138,18 @@ class Maintenance:
             except (psycopg.errors.InsufficientPrivilege, VacuumNotAllowedError) as exc:
                 log.warning("cannot vacuum the live partition (%s); leaving it to autovacuum", exc)
                 return
+
+    async def _upkeep(self, work: Callable[[], Awaitable[object]], what: str) -> float:
+        """Run a periodic upkeep job; returns the seconds until the next run: the partition
+        interval, or sooner (but not every tick: each run opens a connection) after a
+        failure."""
+        try:
+            await work()
+        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+            retry = min(UPKEEP_RETRY, self.config.partition_interval)
+            log.warning("%s failed (%s); trying again in %.0fs", what, brief(exc), retry)
+            return retry
+        return self.config.partition_interval
 
     async def apply_retention(self) -> RetentionResult:
         def work() -> RetentionResult:

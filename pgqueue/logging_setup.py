@@ -21,7 +21,15 @@ from typing import Any
 
 from .models import Job, JobState
 
-__all__ = ["FORMATS", "JsonFormatter", "KeyValueFormatter", "configure_logging", "job_fields", "make_formatter"]
+__all__ = [
+    "FORMATS",
+    "JsonFormatter",
+    "KeyValueFormatter",
+    "configure_logging",
+    "job_fields",
+    "log_outcome",
+    "make_formatter",
+]
 
 FORMATS = ("text", "kv", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -141,3 +149,37 @@ def job_fields(
     if log_args:
         fields["job_args"] = job.args
     return fields
+
+
+def log_outcome(
+    log: logging.Logger,
+    job: Job,
+    state: JobState,
+    *,
+    seconds: float | None,
+    error: Any = None,
+    retry_in: float | None = None,
+    log_args: bool = False,
+) -> None:
+    """One INFO line per finished attempt, with its structured fields; args only with
+    ``log_args``."""
+    if not log.isEnabledFor(logging.INFO):
+        return
+    took = "" if seconds is None else f" in {seconds * 1000:.1f}ms"
+    detail = "" if error is None else f": {error.get('type')}: {str(error.get('message'))[:200]}"
+    if retry_in is not None:
+        detail += f" (retry in {retry_in:.1f}s)"
+    args = f" args={job.args!r}" if log_args else ""
+    log.info(
+        "job %d %s queue=%s attempt=%d/%d %s%s%s%s",
+        job.id,
+        job.task,
+        job.queue,
+        job.attempt,
+        job.max_attempts,
+        state,
+        took,
+        detail,
+        args,
+        extra=job_fields(job, state, seconds=seconds, error=error, retry_in=retry_in, log_args=log_args),
+    )

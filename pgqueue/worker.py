@@ -58,7 +58,7 @@ from ._sql import channel_name
 from .app import App
 from .config import DEFAULT_QUEUE, WorkerConfig
 from .errors import DatabaseUnavailableError
-from .logging_setup import job_fields
+from .logging_setup import log_outcome
 from .metrics import WorkerMetrics, serve_metrics
 from .migrate import require_current
 from .models import CANCEL_FLAG, Job, JobState
@@ -455,30 +455,14 @@ class Worker:
         seconds = None if started is None else time.monotonic() - started
         if self.metrics is not None:
             self.metrics.job_finished(job, state, seconds)
-        if not log.isEnabledFor(logging.INFO):
-            return
-        took = "" if seconds is None else f" in {seconds * 1000:.1f}ms"
-        detail = ""
-        if outcome is not None and outcome.error is not None:
-            detail = f": {outcome.error.get('type')}: {str(outcome.error.get('message'))[:200]}"
-        if state is JobState.RETRYABLE and outcome is not None:
-            detail += f" (retry in {outcome.delay:.1f}s)"
-        log_args = self.app.tasks[job.task].log_args
-        args = f" args={job.args!r}" if log_args else ""
-        error = outcome.error if outcome is not None else None
-        retry_in = outcome.delay if outcome is not None and state is JobState.RETRYABLE else None
-        log.info(
-            "job %d %s queue=%s attempt=%d/%d %s%s%s%s",
-            job.id,
-            job.task,
-            job.queue,
-            job.attempt,
-            job.max_attempts,
+        log_outcome(
+            log,
+            job,
             state,
-            took,
-            detail,
-            args,
-            extra=job_fields(job, state, seconds=seconds, error=error, retry_in=retry_in, log_args=log_args),
+            seconds=seconds,
+            error=outcome.error if outcome is not None else None,
+            retry_in=outcome.delay if outcome is not None and state is JobState.RETRYABLE else None,
+            log_args=self.app.tasks[job.task].log_args,
         )
 
     # -- leases -----------------------------------------------------------------------
