@@ -8,7 +8,9 @@ since that snapshot can be removed or even marked, and every claim walks (and vi
 heap for) all the entries left by every job claimed meanwhile: claims get slower as the
 backlog of dead entries grows, and throughput collapses.
 
-So when a claim from the head turns out expensive, the worker switches to resuming each
+So when dead rows are pinned (the maintenance service sees an old snapshot while dead
+tuples pile up: ``set_pinned``) and a claim from the head turns out expensive, the worker
+switches to resuming each
 queue's scan after the last job it claimed (minus a small margin, to catch jobs whose
 run_at is slightly older because their producer's transaction started earlier), and
 rewinds to the head now and then, so that jobs that appear behind the cursor (a higher
@@ -60,6 +62,7 @@ class ClaimCursors:
 
     def __init__(self, threshold: float) -> None:
         self.threshold = threshold
+        self.pinned = False
         self._keys: dict[str, ClaimCursor] = {}
         self._rewind_at = 0.0
         self.rewinds = 0
@@ -67,6 +70,13 @@ class ClaimCursors:
     @property
     def engaged(self) -> bool:
         return bool(self._keys)
+
+    def set_pinned(self, pinned: bool) -> None:
+        """Whether an old snapshot keeps dead rows alive; when it ends, claims go back to
+        scanning from the head (exact order) at once."""
+        self.pinned = pinned
+        if not pinned:
+            self._keys.clear()
 
     def after(self, now: float) -> Mapping[str, ClaimCursor]:
         """The cursors for the next claim (empty: scan from the head); rewinds when due."""
@@ -78,8 +88,8 @@ class ClaimCursors:
     def observe(self, jobs: Iterable[Job], *, from_head: bool, elapsed: float, now: float) -> None:
         """Record a claim's result: ``elapsed`` is how long the claim took."""
         if from_head:
-            if self.threshold <= 0 or elapsed < self.threshold:
-                return  # the head is cheap: claim in exact order
+            if self.threshold <= 0 or elapsed < self.threshold or not self.pinned:
+                return  # the head is cheap, or slow for another reason: claim in exact order
             self._rewind_at = now + max(MIN_REWIND_INTERVAL, elapsed / REWIND_BUDGET)
         for job in jobs:
             key = ClaimCursor.of(job)

@@ -21,6 +21,7 @@ from .models import Job, JobState
 
 __all__ = [
     "JobsDB",
+    "LiveStats",
     "Outcome",
     "TickResult",
     "VacuumNotAllowedError",
@@ -50,6 +51,14 @@ class TickResult:
     now: datetime  # the database clock at the tick
 
 
+@dataclass(frozen=True, slots=True)
+class LiveStats:
+    dead: int
+    live: int
+    can_vacuum: bool
+    snapshot_age: float  # seconds: the oldest snapshot another session of the database holds
+
+
 class VacuumNotAllowedError(Exception):
     """The session's role lacks the right to VACUUM the live partition."""
 
@@ -62,15 +71,13 @@ class VacuumResult:
     holder: tuple[Any, ...] | None = None
 
 
-def outcome_params(items: Sequence[tuple[int, uuid.UUID, Outcome]]) -> dict[str, list[Any]]:
+def outcome_params(items: Sequence[tuple[int, uuid.UUID, Outcome]]) -> dict[str, Any]:
     """Parameters of ``job_record_outcomes`` (shared by the sync transactional path)."""
-    return {
-        "ids": [i for i, _, _ in items],
-        "tokens": [t for _, t, _ in items],
-        "states": [o.state.value for _, _, o in items],
-        "delays": [o.delay for _, _, o in items],
-        "errors": [None if o.error is None else json.dumps(o.error, default=str) for _, _, o in items],
-    }
+    rows = [
+        {"id": job_id, "token": str(token), "state": o.state.value, "delay": o.delay, "error": o.error}
+        for job_id, token, o in items
+    ]
+    return {"outcomes": json.dumps(rows, default=str)}
 
 
 def cursor_params(queues: Sequence[str], after: Mapping[str, ClaimCursor] | None = None) -> dict[str, Any]:
@@ -184,16 +191,22 @@ class JobsDB:
         assert row is not None
         return TickResult(bool(row[0]), int(row[1]), int(row[2]), int(row[3]), row[5])
 
-    async def vacuum_live_if_needed(self, conn: AConn, threshold: int) -> VacuumResult | None:
-        """VACUUM the live partition if it carries enough dead tuples and no other process
-        is doing it; returns what it achieved, or None if it did not run. ``conn`` must be
-        in autocommit mode."""
-        table = {"table": f'"{self.schema}".jobs_live'}
-        cur = await conn.execute(self.q["live_dead_tuples"], table)
+    async def live_stats(self, conn: AConn) -> LiveStats:
+        """Dead/live row counts of the live partition, whether this role may VACUUM it, and
+        the age of the oldest snapshot another session holds: one cheap query."""
+        cur = await conn.execute(self.q["live_dead_tuples"], {"table": f'"{self.schema}".jobs_live'})
         row = await cur.fetchone()
-        if row is None or row[0] < max(threshold, row[1]):
+        if row is None:
+            return LiveStats(0, 0, False, 0.0)
+        return LiveStats(int(row[0]), int(row[1]), bool(row[2]), float(row[3] or 0.0))
+
+    async def vacuum_live_if_needed(self, conn: AConn, threshold: int, stats: LiveStats) -> VacuumResult | None:
+        """VACUUM the live partition if ``stats`` show enough dead tuples and no other
+        process is doing it; returns what it achieved, or None if it did not run. ``conn``
+        must be in autocommit mode."""
+        if stats.dead < max(threshold, stats.live):
             return None
-        if not row[2]:
+        if not stats.can_vacuum:
             raise VacuumNotAllowedError(f"this role may not VACUUM {self.schema}.jobs_live (not its owner)")
         lock = {"lock_name": f"pgqueue.vacuum:{self.schema}"}
         cur = await conn.execute(self.q["vacuum_lock"], lock)
@@ -204,11 +217,9 @@ class JobsDB:
             await conn.execute(self.q["vacuum_live"], prepare=False)  # utility statements cannot be prepared
         finally:
             await conn.execute(self.q["vacuum_unlock"], lock)
-        cur = await conn.execute(self.q["live_dead_tuples"], table)
-        after = await cur.fetchone()
-        dead_after = int(after[0]) if after else 0
+        after = await self.live_stats(conn)
         holder = None
-        if dead_after >= threshold:
+        if after.dead >= threshold:
             cur = await conn.execute(self.q["oldest_snapshot"])
             holder = await cur.fetchone()
-        return VacuumResult(int(row[0]), dead_after, holder)
+        return VacuumResult(stats.dead, after.dead, holder)

@@ -40,6 +40,9 @@ RESCUE_BACKOFF = Backoff()
 TICK_BATCH = 1000
 #: Seconds before partition upkeep or retention is tried again after a failure.
 UPKEEP_RETRY = 30.0
+#: A snapshot at least this old (seconds) while dead tuples pass the vacuum threshold
+#: means they cannot be removed: claims then resume from a cursor (see _claim_cursor).
+PINNED_AFTER = 5.0
 #: Longest wait between vacuums of the live partition while a snapshot pins dead rows.
 MAX_VACUUM_INTERVAL = 300.0
 
@@ -54,8 +57,10 @@ class Maintenance:
         schema: str,
         config: WorkerConfig,
         worker_id: str = "",
+        on_pinned: Callable[[bool], None] | None = None,
     ) -> None:
         self.worker_id = worker_id
+        self.on_pinned = on_pinned
         self.db = db
         self.pool = pool
         self.dsn = dsn
@@ -103,24 +108,35 @@ class Maintenance:
             await asyncio.sleep(cfg.maintenance_interval * random.uniform(0.8, 1.2))
 
     async def run_vacuum(self) -> None:
+        """Every ``vacuum_interval``: read the live partition's dead tuples and the oldest
+        snapshot (reported to ``on_pinned``: True while an old snapshot keeps many dead
+        rows alive), and VACUUM it when they pile up, one process at a time."""
         cfg = self.config
-        interval = cfg.vacuum_interval
+        backoff = cfg.vacuum_interval
+        next_vacuum = 0.0
+        may_vacuum = True
         while True:
-            await asyncio.sleep(interval * random.uniform(0.8, 1.2))
+            await asyncio.sleep(cfg.vacuum_interval * random.uniform(0.8, 1.2))
             try:
                 async with self.pool.connection() as conn:
+                    stats = await self.db.live_stats(conn)
+                    if self.on_pinned is not None:
+                        self.on_pinned(stats.dead >= cfg.vacuum_threshold and stats.snapshot_age >= PINNED_AFTER)
+                    if not may_vacuum or time.monotonic() < next_vacuum:
+                        continue
                     started = time.monotonic()
-                    result = await self.db.vacuum_live_if_needed(conn, cfg.vacuum_threshold)
+                    result = await self.db.vacuum_live_if_needed(conn, cfg.vacuum_threshold, stats)
                 if result is None:
                     continue
                 took = time.monotonic() - started
                 if result.holder is None:
-                    interval = cfg.vacuum_interval
+                    backoff = cfg.vacuum_interval
                     log.info("vacuumed %s.jobs_live in %.2fs", self.schema, took)
                     continue
                 # Most dead rows are still visible to an old snapshot: vacuuming again soon
                 # would only rescan the table. Back off until the snapshot goes away.
-                interval = min(interval * 2, MAX_VACUUM_INTERVAL)
+                backoff = min(backoff * 2, MAX_VACUUM_INTERVAL)
+                next_vacuum = time.monotonic() + backoff
                 pid, application, age = result.holder
                 log.warning(
                     "vacuum of %s.jobs_live left %d of %d dead rows: pid %s (%r) has held a snapshot for "
@@ -131,13 +147,13 @@ class Maintenance:
                     pid,
                     application,
                     age or 0.0,
-                    interval,
+                    backoff,
                 )
             except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
                 log.warning("vacuum check failed (%s)", brief(exc))
             except (psycopg.errors.InsufficientPrivilege, VacuumNotAllowedError) as exc:
                 log.warning("cannot vacuum the live partition (%s); leaving it to autovacuum", exc)
-                return
+                may_vacuum = False
 
     async def _upkeep(self, work: Callable[[], Awaitable[object]], what: str) -> float:
         """Run a periodic upkeep job; returns the seconds until the next run: the partition

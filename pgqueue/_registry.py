@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -29,7 +28,7 @@ from ._jobs_db import JobsDB, Outcome
 from ._version import __version__
 from .config import WorkerConfig
 from .errors import Cancel
-from .models import Job, JobState
+from .models import CancelFlag, Job, JobState
 
 __all__ = ["DEAD_WORKER_GRACE", "CancelFlags", "Registry", "operator_cancel_outcome"]
 
@@ -91,16 +90,16 @@ class CancelFlags:
     """One flag per running job; set when the heartbeat reports a cancel request."""
 
     def __init__(self) -> None:
-        self._flags: dict[int, tuple[threading.Event, bool]] = {}
+        self._flags: dict[int, tuple[CancelFlag, bool]] = {}
 
-    def open(self, job_id: int, *, interruptible: bool) -> threading.Event:
+    def open(self, job_id: int, *, interruptible: bool) -> CancelFlag:
         """A fresh flag for an attempt; ``interruptible``: its asyncio task may be cancelled
         (async handlers; a sync handler's thread cannot be interrupted)."""
-        flag = threading.Event()
+        flag = CancelFlag()
         self._flags[job_id] = (flag, interruptible)
         return flag
 
-    def close(self, job_id: int, flag: threading.Event) -> None:
+    def close(self, job_id: int, flag: CancelFlag) -> None:
         """Drop an attempt's flag (not a newer attempt's of the same job)."""
         entry = self._flags.get(job_id)
         if entry is not None and entry[0] is flag:

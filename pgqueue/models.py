@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextvars
 import enum
-import threading
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -62,7 +61,7 @@ class JobContext:
     conn: Any = None
     #: Set by the worker when an operator cancels this running job (``cancel_job()``);
     #: picked up from the attempt that creates the context.
-    cancel_flag: threading.Event | None = field(default_factory=lambda: CANCEL_FLAG.get(None))
+    cancel_flag: CancelFlag | None = field(default_factory=lambda: CANCEL_FLAG.get(None))
 
     @property
     def cancel_requested(self) -> bool:
@@ -78,9 +77,27 @@ class JobContext:
             raise Cancel("cancelled by an operator")
 
 
+class CancelFlag:
+    """Set once when an operator cancels a running attempt; read from any thread.
+
+    One is made per attempt on the hot path, so it is a plain attribute rather than a
+    ``threading.Event`` (nothing waits on it; handlers poll it)."""
+
+    __slots__ = ("_set",)
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+
 #: The running attempt's cancel flag; the worker sets it in each job's task context, and
 #: the executor carries that context into the handler's thread.
-CANCEL_FLAG: contextvars.ContextVar[threading.Event] = contextvars.ContextVar("pgqueue_cancel_flag")
+CANCEL_FLAG: contextvars.ContextVar[CancelFlag] = contextvars.ContextVar("pgqueue_cancel_flag")
 
 
 @dataclass(frozen=True, slots=True)

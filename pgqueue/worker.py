@@ -61,7 +61,7 @@ from .errors import DatabaseUnavailableError
 from .logging_setup import log_outcome
 from .metrics import WorkerMetrics, serve_metrics
 from .migrate import require_current
-from .models import CANCEL_FLAG, Job, JobState
+from .models import CANCEL_FLAG, CancelFlag, Job, JobState
 
 __all__ = ["Worker", "WorkerStats"]
 
@@ -169,7 +169,13 @@ class Worker:
             await pool.open(wait=True, timeout=30)
             self._pool = pool
             self._maintenance = Maintenance(
-                self.db, pool, dsn=dsn, schema=self.app.schema, config=cfg, worker_id=self.worker_id
+                self.db,
+                pool,
+                dsn=dsn,
+                schema=self.app.schema,
+                config=cfg,
+                worker_id=self.worker_id,
+                on_pinned=self._cursors.set_pinned,
             )
             self._executor = Executor(
                 db=self.db, worker_id=self.worker_id, threads=threads, pool=pool, sync_pool=self._get_sync_pool
@@ -362,7 +368,7 @@ class Worker:
         self._started_at[job.id] = time.monotonic()
         self._active[job.id] = asyncio.create_task(self._run_job(job), name=f"pgqueue-job-{job.id}")
 
-    def _forget(self, job_id: int, flag: threading.Event) -> None:
+    def _forget(self, job_id: int, flag: CancelFlag) -> None:
         """Drop an attempt's bookkeeping, unless a newer attempt of the job owns it."""
         if self._active.get(job_id) is asyncio.current_task():
             del self._active[job_id]

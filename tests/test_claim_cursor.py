@@ -88,8 +88,11 @@ def fake_job(queue: str, priority: int, run_at_offset: float, job_id: int) -> Jo
 def test_cursor_engages_only_when_a_head_claim_is_slow_and_rewinds_within_budget() -> None:
     cursors = ClaimCursors(threshold=0.02)
     jobs = [fake_job("q", 0, 1.0, 1), fake_job("q", 0, 2.0, 2)]
+    cursors.observe(jobs, from_head=True, elapsed=0.5, now=50.0)
+    assert not cursors.engaged  # slow, but no snapshot pins dead rows: another cause
+    cursors.set_pinned(True)
     cursors.observe(jobs, from_head=True, elapsed=0.005, now=100.0)
-    assert not cursors.engaged
+    assert not cursors.engaged  # pinned, but the head is still cheap
     assert cursors.after(100.1) == {}
 
     cursors.observe(jobs, from_head=True, elapsed=0.5, now=200.0)
@@ -105,7 +108,13 @@ def test_cursor_engages_only_when_a_head_claim_is_slow_and_rewinds_within_budget
     assert cursors.rewinds == 1
     assert not cursors.engaged
 
+    cursors.observe(jobs, from_head=True, elapsed=0.5, now=300.0)
+    assert cursors.engaged
+    cursors.set_pinned(False)  # the snapshot went away: exact order again at once
+    assert not cursors.engaged
+
     disabled = ClaimCursors(threshold=0)
+    disabled.set_pinned(True)
     disabled.observe(jobs, from_head=True, elapsed=10.0, now=0.0)
     assert not disabled.engaged
 
@@ -119,8 +128,12 @@ async def test_worker_with_an_engaged_cursor_still_runs_jobs_behind_it(app: pgqu
         await asyncio.sleep(0.002)
 
     app.enqueue_many(conn, [c.job(key=f"bulk-{i}") for i in range(400)])
-    # A tiny threshold engages the cursor after the first claim.
-    async with running_worker(app, concurrency=4, fetch_batch=4, claim_cursor_threshold=1e-9) as worker:
+    # Pinned by hand and a tiny threshold: the cursor engages after the first claim.
+    # (vacuum_interval=0: no maintenance check that would unpin it.)
+    async with running_worker(
+        app, concurrency=4, fetch_batch=4, claim_cursor_threshold=1e-9, vacuum_interval=0
+    ) as worker:
+        worker._cursors.set_pinned(True)
         await async_wait_until(lambda: worker._cursors.engaged)
         # Behind the cursor in claim order: a higher priority, and a run_at in the past.
         c.options(priority=10).enqueue(conn, key="urgent")

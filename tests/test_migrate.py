@@ -14,10 +14,11 @@ import pytest
 from psycopg import sql
 
 import pgqueue
-from pgqueue._jobs_db import cursor_params
+from pgqueue._jobs_db import Outcome, cursor_params, outcome_params
 from pgqueue._partitions import FINISHED_PARENTS, ensure_partitions, partition_name
 from pgqueue._sql import load_migrations, queries_for
 from pgqueue.migrate import current_version, latest_version, migrate, require_current
+from pgqueue.models import JobState
 
 Conn = psycopg.Connection[Any]
 
@@ -274,7 +275,7 @@ def test_finished_jobs_land_in_todays_partition(conn: Conn) -> None:
     )
     done = conn.execute(
         q["job_record_outcomes"],
-        {"ids": [job_id], "tokens": [claimed[0][7]], "states": ["completed"], "delays": [0.0], "errors": [None]},
+        outcome_params([(job_id, claimed[0][7], Outcome(JobState.COMPLETED))]),
     ).fetchall()
     assert done == [(job_id,)]
     where = scalar(conn, "SELECT tableoid::regclass::text FROM pgqueue.jobs WHERE id = %s", [job_id])

@@ -111,16 +111,16 @@ RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempt, j.max_attempts,
 -- finished partitions. An error object, if any, is appended to errors with the time.
 -- Rows are found through the primary key and locked in id order, the same order every
 -- multi-row writer here uses, so concurrent heartbeats and completions cannot deadlock.
+-- The batch comes as one JSON array (one parameter that the client serialises in C,
+-- rather than five arrays dumped element by element).
 WITH outcome AS (
     SELECT *
-    FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(states)s::{schema}.job_state[],
-                %(delays)s::float8[], %(errors)s::jsonb[])
-         AS o(id, token, state, delay, error)
+    FROM jsonb_to_recordset(%(outcomes)s::jsonb)
+         AS o(id bigint, token uuid, state {schema}.job_state, delay float8, error jsonb)
 ), locked AS MATERIALIZED (
     SELECT j.id, o.state, o.delay, o.error
-    FROM {schema}.jobs_live AS j
-    JOIN outcome AS o ON o.id = j.id AND o.token = j.lease_token
-    WHERE j.id = ANY(%(ids)s::bigint[])
+    FROM outcome AS o
+    JOIN {schema}.jobs_live AS j ON j.id = o.id AND j.lease_token = o.token
     ORDER BY j.id
     FOR UPDATE OF j
 ), retried AS (

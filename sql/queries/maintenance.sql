@@ -105,10 +105,16 @@ SELECT (now() AT TIME ZONE 'UTC')::date
 -- Dead and live row versions of the live partition (cumulative statistics), and whether
 -- this session may VACUUM it (the owner; from PostgreSQL 17 also the MAINTAIN privilege):
 -- without that right PostgreSQL skips the VACUUM with a mere warning.
+-- Last, the age in seconds of the oldest snapshot another session of this database holds
+-- (0 if none): dead rows younger than it cannot be removed.
 SELECT coalesce(s.n_dead_tup, 0), coalesce(s.n_live_tup, 0),
        CASE WHEN current_setting('server_version_num')::int >= 170000
             THEN has_table_privilege(c.oid, 'MAINTAIN')
-            ELSE pg_has_role(c.relowner, 'USAGE') END
+            ELSE pg_has_role(c.relowner, 'USAGE') END,
+       (SELECT coalesce(max(extract(epoch FROM now() - a.xact_start)), 0)::float8
+        FROM pg_stat_activity AS a
+        WHERE a.backend_xmin IS NOT NULL AND a.pid <> pg_backend_pid()
+          AND a.datname = current_database())
 FROM pg_stat_user_tables AS s
 JOIN pg_class AS c ON c.oid = s.relid
 WHERE s.relid = to_regclass(%(table)s)
