@@ -57,6 +57,7 @@ class LiveStats:
     live: int
     can_vacuum: bool
     snapshot_age: float  # seconds: the oldest snapshot another session of the database holds
+    modified: int = 0  # rows changed since the last ANALYZE
 
 
 class VacuumNotAllowedError(Exception):
@@ -197,8 +198,12 @@ class JobsDB:
         cur = await conn.execute(self.q["live_dead_tuples"], {"table": f'"{self.schema}".jobs_live'})
         row = await cur.fetchone()
         if row is None:
-            return LiveStats(0, 0, False, 0.0)
-        return LiveStats(int(row[0]), int(row[1]), bool(row[2]), float(row[3] or 0.0))
+            return LiveStats(0, 0, False, 0.0, 0)
+        return LiveStats(int(row[0]), int(row[1]), bool(row[2]), float(row[3] or 0.0), int(row[4]))
+
+    async def analyze_live(self, conn: AConn) -> None:
+        """Refresh the live partition's planner statistics (``conn`` in autocommit)."""
+        await conn.execute(self.q["analyze_live"], prepare=False)
 
     async def vacuum_live_if_needed(self, conn: AConn, threshold: int, stats: LiveStats) -> VacuumResult | None:
         """VACUUM the live partition if ``stats`` show enough dead tuples and no other

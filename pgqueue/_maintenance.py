@@ -122,7 +122,14 @@ class Maintenance:
                     stats = await self.db.live_stats(conn)
                     if self.on_pinned is not None:
                         self.on_pinned(stats.dead >= cfg.vacuum_threshold and stats.snapshot_age >= PINNED_AFTER)
-                    if not may_vacuum or time.monotonic() < next_vacuum:
+                    if not may_vacuum:
+                        continue
+                    if stats.can_vacuum and stats.modified >= max(cfg.vacuum_threshold, stats.live // 2):
+                        # Where autovacuum is off or slow: keep the claim's plan right
+                        # while a backlog builds (ANALYZE samples; cheap next to a claim
+                        # that sorts the whole backlog).
+                        await self.db.analyze_live(conn)
+                    if time.monotonic() < next_vacuum:
                         continue
                     started = time.monotonic()
                     result = await self.db.vacuum_live_if_needed(conn, cfg.vacuum_threshold, stats)

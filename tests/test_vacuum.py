@@ -81,3 +81,34 @@ async def test_vacuum_names_the_snapshot_that_pins_dead_rows_and_backs_off(
     message = record.getMessage()
     assert f"pid {holder_pid} ('long-report')" in message
     assert backed_off <= 2
+
+
+def _analyze_count(conn: psycopg.Connection[Any]) -> int:
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    row = conn.execute(
+        "SELECT analyze_count FROM pg_stat_user_tables WHERE relid = 'pgqueue.jobs_live'::regclass"
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+async def test_statistics_are_refreshed_while_a_backlog_builds(app: pgqueue.App, conn: psycopg.Connection[Any]) -> None:
+    @app.task(name="noop")
+    async def noop() -> None:
+        return None
+
+    before = _analyze_count(conn)
+    # A backlog this worker does not serve (another service's task): nothing consumes it.
+    conn.execute(
+        "INSERT INTO pgqueue.jobs_live (task, queue, state) SELECT 'elsewhere.task', 'default', 'available'"
+        " FROM generate_series(1, 3000)"
+    )
+    async with running_worker(app, vacuum_interval=0.1, vacuum_threshold=1000):
+        await async_wait_until(lambda: _analyze_count(conn) > before, timeout=30)
+    plan = "\n".join(
+        r[0]
+        for r in conn.execute(
+            "EXPLAIN SELECT id FROM pgqueue.jobs_live WHERE state = 'available' AND queue = 'default'"
+            " ORDER BY (-priority::integer), run_at, id LIMIT 100"
+        )
+    )
+    assert "Index Scan using jobs_live_fetch" in plan, plan

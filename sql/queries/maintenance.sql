@@ -114,7 +114,8 @@ SELECT coalesce(s.n_dead_tup, 0), coalesce(s.n_live_tup, 0),
        (SELECT coalesce(max(extract(epoch FROM now() - a.xact_start)), 0)::float8
         FROM pg_stat_activity AS a
         WHERE a.backend_xmin IS NOT NULL AND a.pid <> pg_backend_pid()
-          AND a.datname = current_database())
+          AND a.datname = current_database()),
+       coalesce(s.n_mod_since_analyze, 0)
 FROM pg_stat_user_tables AS s
 JOIN pg_class AS c ON c.oid = s.relid
 WHERE s.relid = to_regclass(%(table)s)
@@ -135,6 +136,12 @@ SELECT pg_try_advisory_lock(hashtextextended(%(lock_name)s, 0))
 
 -- name: vacuum_unlock
 SELECT pg_advisory_unlock(hashtextextended(%(lock_name)s, 0))
+
+-- name: analyze_live
+-- The claim's plan depends on the live partition's statistics: planned as nearly empty
+-- while a backlog builds, it would read every waiting job's index entry and sort them on
+-- every claim instead of walking the index in order.
+ANALYZE {schema}.jobs_live
 
 -- name: vacuum_live
 -- The live partition churns: every job is inserted, updated and deleted there. Vacuuming
