@@ -64,36 +64,33 @@ def _kv_value(value: Any) -> str:
     return text if _BARE.match(text) else json.dumps(text)
 
 
-class KeyValueFormatter(logging.Formatter):
+class _StructuredFormatter(logging.Formatter):
+    def fields(self, record: logging.LogRecord) -> dict[str, Any]:
+        """The record as ordered fields: time, level, logger, message, extras, traceback."""
+        out: dict[str, Any] = {
+            "ts": _timestamp(record),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        out.update(record_fields(record))
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return out
+
+
+class KeyValueFormatter(_StructuredFormatter):
     """``key=value`` pairs (logfmt); values with spaces or quotes are JSON-quoted."""
 
     def format(self, record: logging.LogRecord) -> str:
-        pairs: dict[str, Any] = {
-            "ts": _timestamp(record),
-            "level": record.levelname,
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        pairs.update(record_fields(record))
-        if record.exc_info:
-            pairs["exc"] = self.formatException(record.exc_info)
-        return " ".join(f"{key}={_kv_value(value)}" for key, value in pairs.items())
+        return " ".join(f"{key}={_kv_value(value)}" for key, value in self.fields(record).items())
 
 
-class JsonFormatter(logging.Formatter):
+class JsonFormatter(_StructuredFormatter):
     """One JSON object per line."""
 
     def format(self, record: logging.LogRecord) -> str:
-        doc: dict[str, Any] = {
-            "ts": _timestamp(record),
-            "level": record.levelname,
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        doc.update(record_fields(record))
-        if record.exc_info:
-            doc["exc"] = self.formatException(record.exc_info)
-        return json.dumps(doc, default=str, ensure_ascii=False)
+        return json.dumps(self.fields(record), default=str, ensure_ascii=False)
 
 
 def make_formatter(fmt: str, *, process_name: bool = False) -> logging.Formatter:
