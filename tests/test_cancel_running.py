@@ -101,7 +101,8 @@ async def test_cancel_running_async_job_cancels_its_handler(app: pgqueue.App, co
         assert cancel(conn, job_id) == "running"
         await async_wait_until(lambda: state_of(conn, job_id) == "cancelled")
         assert saw_cancel.is_set()
-        assert worker.stats.cancelled == 1
+        # The row changes when the outcome commits; the counter when the worker reads the reply.
+        await async_wait_until(lambda: worker.stats.cancelled == 1)
         assert worker.in_flight == 0
     row = job_row(conn, job_id)
     assert row["attempt"] == 1
@@ -127,7 +128,7 @@ async def test_cancel_running_sync_job_is_seen_through_its_context(app: pgqueue.
         await asyncio.to_thread(started.wait, 20)
         assert cancel(conn, job_id) == "running"
         await async_wait_until(lambda: state_of(conn, job_id) == "cancelled")
-        assert worker.stats.cancelled == 1
+        await async_wait_until(lambda: worker.stats.cancelled == 1)  # counted on reading the reply
     assert checks[0] is False
     assert checks[-1] is True
     assert [e["type"] for e in job_row(conn, job_id)["errors"]] == ["pgqueue.errors.Cancel"]
