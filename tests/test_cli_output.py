@@ -13,22 +13,24 @@ from pathlib import Path
 import psycopg
 import pytest
 
+import pgqueue
 from pgqueue import ops
 from pgqueue.errors import SchemaNotInstalledError
 
 REPO = Path(__file__).resolve().parent.parent
 
 
+PGQUEUE = Path(sys.executable).with_name("pgqueue")  # the installed entry point
+UNREACHABLE = "postgresql://postgres@127.0.0.1:1/x?connect_timeout=3"
+
+
 def pgqueue_cli(
     *args: str, columns: int = 120, cwd: Path = REPO, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m pgqueue ARGS`` with a terminal ``columns`` wide, PGQUEUE_* unset."""
+    """The real ``pgqueue ARGS`` with a terminal ``columns`` wide, PGQUEUE_* unset."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PGQUEUE_")}
     env["COLUMNS"] = str(columns)
-    env["PYTHONPATH"] = os.pathsep.join([str(cwd), str(REPO)])
-    return subprocess.run(
-        [sys.executable, "-m", "pgqueue", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
-    )
+    return subprocess.run([str(PGQUEUE), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def stderr_lines(proc: subprocess.CompletedProcess[str]) -> list[str]:
@@ -58,4 +60,142 @@ def test_status_and_top_before_migrate_print_one_line(empty_dsn: str, command: t
     assert proc.returncode == 1
     assert stderr_lines(proc) == [
         "error: schema 'pgqueue' lacks pgqueue's tables, views or functions: run `pgqueue migrate`"
+    ]
+
+
+# -- --version ----------------------------------------------------------------------------
+
+
+def test_version_prints_the_version_and_exits_0() -> None:
+    proc = pgqueue_cli("--version")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, f"pgqueue {pgqueue.__version__}\n", "")
+
+
+# -- app targets that do not load ---------------------------------------------------------
+
+USER_MODULES = {
+    "boom": """
+import pgqueue
+
+app = pgqueue.App()
+
+
+def configure() -> None:
+    raise RuntimeError("SETTINGS_MODULE is not set")
+
+
+configure()
+""",
+    "syntax": "import pgqueue\n\ndef broken(:\n    pass\n",
+    "needsdep": "import pgqueue\nimport pgqueue_test_not_installed_dep\napp = pgqueue.App()\n",
+    "fine": "import pgqueue\napp = pgqueue.App()\nnumber = 42\n",
+}
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A user's project directory holding the package ``userproj`` with the modules above."""
+    package = tmp_path / "userproj"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for name, source in USER_MODULES.items():
+        (package / f"{name}.py").write_text(source.lstrip())
+    return tmp_path
+
+
+WORK = ("work", "{target}", "--dsn", UNREACHABLE)
+CRON_LIST = ("cron", "list", "--app", "{target}", "--dsn", UNREACHABLE)
+
+
+def run_target(project: Path, command: tuple[str, ...], target: str, *pre: str) -> subprocess.CompletedProcess[str]:
+    return pgqueue_cli(*pre, *(arg.format(target=target) for arg in command), cwd=project)
+
+
+@pytest.mark.parametrize(
+    ("module", "first_line", "user_lines"),
+    [
+        (
+            "boom",
+            "error: cannot import module 'userproj.boom': RuntimeError: SETTINGS_MODULE is not set",
+            ['boom.py", line 10, in <module>', "    configure()", 'boom.py", line 7, in configure'],
+        ),
+        (
+            "syntax",
+            "error: cannot import module 'userproj.syntax': SyntaxError: invalid syntax ({file}, line 3)",
+            ['syntax.py", line 3', "    def broken(:"],
+        ),
+        (
+            "needsdep",
+            "error: cannot import module 'userproj.needsdep': ModuleNotFoundError: "
+            "No module named 'pgqueue_test_not_installed_dep'",
+            ['needsdep.py", line 2, in <module>', "    import pgqueue_test_not_installed_dep"],
+        ),
+    ],
+)
+def test_a_module_that_fails_to_import_shows_one_line_and_the_users_frames(
+    project: Path, module: str, first_line: str, user_lines: list[str]
+) -> None:
+    proc = run_target(project, WORK, f"userproj.{module}:app")
+    assert proc.returncode == 1
+    lines = stderr_lines(proc)
+    assert lines[0] == first_line.format(file=project / "userproj" / f"{module}.py")
+    assert lines[-1] == "(`pgqueue --traceback COMMAND ...` prints the full traceback)"
+    shown = "\n".join(lines[1:-1])
+    for needle in user_lines:
+        assert needle in shown, proc.stderr
+    # Only the user's own frames: none of pgqueue, importlib, typer or click.
+    assert "Traceback" not in proc.stderr
+    for machinery in ("importlib", "typer", "click", "pgqueue/"):
+        assert machinery not in shown, proc.stderr
+    assert len(lines) <= 8, proc.stderr
+
+
+def test_traceback_option_prints_the_full_traceback(project: Path) -> None:
+    proc = run_target(project, WORK, "userproj.boom:app", "--traceback")
+    assert proc.returncode == 1
+    assert "Traceback (most recent call last):" in proc.stderr
+    assert "importlib" in proc.stderr  # the machinery frames are there too
+    assert 'boom.py", line 7, in configure' in proc.stderr
+    assert stderr_lines(proc)[-1] == (
+        "error: cannot import module 'userproj.boom': RuntimeError: SETTINGS_MODULE is not set"
+    )
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        (
+            "userproj.fine:number",
+            "error: userproj.fine:number is not a pgqueue.App (it is of type int) "
+            "(pgqueue.App objects in userproj.fine: app)",
+        ),
+        (
+            "userproj.fine:ap",
+            "error: userproj.fine:ap not found: module 'userproj.fine' has no attribute 'ap' "
+            "(pgqueue.App objects in userproj.fine: app)",
+        ),
+        (
+            "userproj.nothere:app",
+            "error: cannot import module 'userproj.nothere': No module named 'userproj.nothere' "
+            "(run pgqueue from your project's directory, or add it to PYTHONPATH)",
+        ),
+    ],
+)
+def test_a_target_that_is_missing_or_not_an_app_is_one_line(project: Path, target: str, message: str) -> None:
+    proc = run_target(project, WORK, target)
+    assert proc.returncode == 1
+    assert stderr_lines(proc) == [message]
+
+
+def test_cron_list_app_loads_its_target_the_same_way(project: Path) -> None:
+    proc = run_target(project, CRON_LIST, "userproj.boom:app")
+    assert proc.returncode == 1
+    lines = stderr_lines(proc)
+    assert lines[0] == "error: cannot import module 'userproj.boom': RuntimeError: SETTINGS_MODULE is not set"
+    assert 'boom.py", line 7, in configure' in proc.stderr
+    assert "Traceback" not in proc.stderr
+    proc = run_target(project, CRON_LIST, "userproj.fine:number")
+    assert stderr_lines(proc) == [
+        "error: userproj.fine:number is not a pgqueue.App (it is of type int) "
+        "(pgqueue.App objects in userproj.fine: app)"
     ]
