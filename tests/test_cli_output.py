@@ -4,18 +4,23 @@ output matters, on a real database."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
 import pgqueue
-from pgqueue import ops
+from pgqueue import Schedule, ops
 from pgqueue.errors import SchemaNotInstalledError
+from tests.apps.cron_support import scheduler
+from tests.ops_support import enqueue, error_entry, insert_finished
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -199,3 +204,101 @@ def test_cron_list_app_loads_its_target_the_same_way(project: Path) -> None:
         "error: userproj.fine:number is not a pgqueue.App (it is of type int) "
         "(pgqueue.App objects in userproj.fine: app)"
     ]
+
+
+# -- narrow terminals ---------------------------------------------------------------------
+
+LONG_QUEUE = "billing-reconciliation.eu-west-1.priority-high:nightly-batch-queue"[:64]
+LONG_TASK = "mycompany.billing.tasks.reconcile_invoices_for_every_customer_account_in_region"
+LONG_SCHEDULE = "reconcile-invoices-for-every-customer-account-nightly"
+LONG_WORKER = "build-server-eu-west-1a.internal.example.com:123456:0f3c9a1b2c"
+LONG_ERROR = "connection to the upstream invoicing service at https://invoices.internal.example.com timed out"
+
+HEADERS = {
+    "jobs": [["id", "state", "queue", "task", "try", "created", "run/finish", "last error"]],
+    "cron": [["schedule", "task", "expression", "zone", "missed", "last tick", "next tick", "last run", "status"]],
+    "status": [
+        ["queue", "avail", "sched", "run", "retry", "lag", "done 1m/5m/15m", "dead 1m/5m/15m", "fail 5m"],
+        ["worker", "queues", "in flight", "listen", "heartbeat", "up", "state"],
+        ["task", "error", "jobs", "last seen", "last job", "last message"],
+        ["state", "keep for", "partitions", "oldest day", "newest day", "rows", "size"],
+    ],
+}
+COMMANDS_OF = {"jobs": ("jobs", "list"), "cron": ("cron", "list"), "status": ("status",)}
+
+
+@pytest.fixture
+def long_values(dsn: str, conn: psycopg.Connection[Any]) -> str:
+    """Jobs, a worker, a failure and cron schedules whose names and messages are long."""
+    enqueue(conn, LONG_TASK, LONG_QUEUE)
+    insert_finished(
+        conn,
+        "discarded",
+        ago=timedelta(seconds=30),
+        queue=LONG_QUEUE,
+        task=LONG_TASK,
+        errors=[error_entry(1, LONG_ERROR, "requests.exceptions.ReadTimeout")],
+    )
+    insert_finished(conn, "completed", ago=timedelta(seconds=10), queue="images")
+    conn.execute(
+        "INSERT INTO pgqueue.worker_registry (worker_id, host, pid, queues, concurrency, expires_at, version)"
+        " VALUES (%s, 'build-server', 1234, %s, 10, now() + interval '1 hour', '0.1.0')",
+        [LONG_WORKER, [LONG_QUEUE, "images"]],
+    )
+    schedules = [
+        Schedule(name=LONG_SCHEDULE, task=LONG_TASK, cron="30 2 * * 1-5", timezone="America/Argentina/Buenos_Aires"),
+        Schedule(name="tick", task="t", cron="* * * * *"),
+    ]
+
+    async def register() -> None:
+        async with scheduler(dsn, schedules) as s:
+            await s.register()
+
+    asyncio.run(register())
+    return dsn
+
+
+def header_words(out: str) -> set[str]:
+    """The words of every table header: the lines above each rule, up to a blank line."""
+    lines = out.splitlines()
+    words: set[str] = set()
+    for i, line in enumerate(lines):
+        if line.strip() and set(line.strip()) == {"─"}:
+            for above in reversed(lines[max(0, i - 3) : i]):
+                if not above.strip():
+                    break
+                words.update(above.split())
+    return words
+
+
+def squeezed(text: str) -> str:
+    return "".join(text.split())
+
+
+@pytest.mark.parametrize("command", ["jobs", "cron", "status"])
+def test_tables_keep_every_column_at_80_columns(long_values: str, command: str) -> None:
+    proc = pgqueue_cli(*COMMANDS_OF[command], "--dsn", long_values, columns=80)
+    assert proc.returncode == 0, proc.stderr
+    assert max(len(line) for line in proc.stdout.splitlines()) <= 80
+    words = header_words(proc.stdout)
+    for table in HEADERS[command]:
+        for header in table:
+            assert set(header.split()) <= words, f"column {header!r} lost:\n{proc.stdout}"
+    for value in {"jobs": ["available", "discarded", "completed"], "cron": ["tick", "30 2 * *"]}.get(command, []):
+        assert value in proc.stdout
+
+
+@pytest.mark.parametrize("command", ["jobs", "cron", "status"])
+def test_too_narrow_for_a_table_prints_one_record_per_row(long_values: str, command: str) -> None:
+    proc = pgqueue_cli(*COMMANDS_OF[command], "--dsn", long_values, columns=40)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 40
+    labels = {line.split(":")[0] for line in lines if ":" in line and not line.startswith(" ")}
+    for table in HEADERS[command]:
+        assert set(table) <= labels, f"fields missing:\n{proc.stdout}"
+    # Records wrap their values instead of abbreviating them.
+    everything = squeezed(proc.stdout)
+    long = {"jobs": [LONG_QUEUE, LONG_TASK], "cron": [LONG_SCHEDULE, LONG_TASK], "status": [LONG_QUEUE, LONG_WORKER]}
+    for value in long[command]:
+        assert squeezed(value) in everything
