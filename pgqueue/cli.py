@@ -213,6 +213,7 @@ def demo(
 
 from . import cli_jobs, cli_status  # noqa: E402,F401  (registers `pgqueue jobs ...`, `status`, `top`)
 from .cli_cron import cron_app as _cron_app  # noqa: E402,F401  (registers `pgqueue cron ...`)
+from .cli_embedded import embedded_app as _embedded_app  # noqa: E402,F401  (registers `pgqueue embedded ...`)
 
 
 def main() -> None:
