@@ -5,6 +5,8 @@ Each command group lives in its own ``cli_*`` module and registers on :data:`app
 
 from __future__ import annotations
 
+import sys
+import traceback
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
@@ -12,9 +14,22 @@ import psycopg
 import typer
 from rich.console import Console
 
+from ._loader import AppImportError
 from .errors import DatabaseUnavailableError, PgQueueError
 
-__all__ = ["STATE_STYLE", "DsnOpt", "SchemaOpt", "app", "console", "err", "fail", "guard", "connect", "resolve_dsn"]
+__all__ = [
+    "STATE_STYLE",
+    "DsnOpt",
+    "SchemaOpt",
+    "app",
+    "console",
+    "err",
+    "fail",
+    "guard",
+    "connect",
+    "resolve_dsn",
+    "settings",
+]
 
 app = typer.Typer(
     name="pgqueue",
@@ -34,6 +49,15 @@ SchemaOpt = Annotated[str, typer.Option("--schema", envvar="PGQUEUE_SCHEMA", hel
 T = TypeVar("T")
 
 
+class Settings:
+    """Global options, set by the top-level callback before any command runs."""
+
+    traceback: bool = False  #: ``pgqueue --traceback``: print full tracebacks of errors
+
+
+settings = Settings()
+
+
 def fail(message: str, code: int = 1) -> typer.Exit:
     err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
@@ -43,12 +67,28 @@ def guard(fn: Callable[[], T]) -> T:
     """Run ``fn``, turning expected failures into one line and a non-zero exit."""
     try:
         return fn()
+    except AppImportError as exc:
+        raise _failed(exc, str(exc), exc.user_frames) from None
     except PgQueueError as exc:
-        raise fail(str(exc)) from None
+        raise _failed(exc, str(exc)) from None
     except psycopg.OperationalError as exc:
-        raise fail(str(DatabaseUnavailableError.from_exc(exc))) from None
+        raise _failed(exc, str(DatabaseUnavailableError.from_exc(exc))) from None
     except psycopg.Error as exc:
-        raise fail(f"database error: {str(exc).strip().splitlines()[0]}") from None
+        raise _failed(exc, f"database error: {str(exc).strip().splitlines()[0]}") from None
+
+
+def _failed(exc: BaseException, message: str, user_frames: str = "") -> typer.Exit:
+    """The one error line; before it the full traceback with ``--traceback``, after it the
+    user's own frames (if any) and how to see the rest."""
+    if settings.traceback:
+        sys.stderr.write("".join(traceback.format_exception(exc)))
+        sys.stderr.flush()
+        return fail(message)
+    exit_ = fail(message)
+    if user_frames:
+        sys.stderr.write(user_frames)
+        sys.stderr.write("(`pgqueue --traceback COMMAND ...` prints the full traceback)\n")
+    return exit_
 
 
 def resolve_dsn(dsn: str | None) -> str:

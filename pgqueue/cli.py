@@ -15,10 +15,31 @@ from typing import Annotated
 
 import typer
 
-from ._cli_common import DsnOpt, SchemaOpt, app, connect, console, fail, guard, resolve_dsn
+from ._cli_common import DsnOpt, SchemaOpt, app, connect, console, fail, guard, resolve_dsn, settings
 from .config import WorkerConfig
 
 __all__ = ["app", "main"]
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from ._version import __version__
+
+        typer.echo(f"pgqueue {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _global_options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", is_eager=True, callback=_print_version, help="Print pgqueue's version and exit."),
+    ] = False,
+    show_traceback: Annotated[
+        bool, typer.Option("--traceback", help="On an error, also print the full Python traceback.")
+    ] = False,
+) -> None:
+    settings.traceback = show_traceback
 
 
 @app.command()
@@ -192,6 +213,7 @@ def demo(
 
 from . import cli_jobs, cli_status  # noqa: E402,F401  (registers `pgqueue jobs ...`, `status`, `top`)
 from .cli_cron import cron_app as _cron_app  # noqa: E402,F401  (registers `pgqueue cron ...`)
+from .cli_embedded import embedded_app as _embedded_app  # noqa: E402,F401  (registers `pgqueue embedded ...`)
 
 
 def main() -> None:

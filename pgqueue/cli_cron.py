@@ -20,6 +20,7 @@ from rich.text import Text
 from ._cli_common import STATE_STYLE, DsnOpt, SchemaOpt, app, connect, console, guard
 from ._cron_db import StatusRow, lock_name, status_rows
 from ._cron_time import CronExpr
+from ._render import fit_table
 from ._sql import queries_for, validate_schema
 from .cron import Schedule, schedules_of
 from .errors import ConfigError
@@ -213,4 +214,4 @@ def list_schedules(
     if not items:
         console.print(f"no cron schedules in schema [bold]{schema}[/] (declare them with @app.periodic)")
         return
-    console.print(_table(items, now, schema))
+    console.print(fit_table(_table(items, now, schema)))

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from . import ops
 from ._cli_common import STATE_STYLE, DsnOpt, SchemaOpt, app, connect, console, fail, guard
+from ._render import fit_table
 from .models import JobState
 
 __all__ = ["STATE_STYLE", "ago", "jobs_app", "print_json", "seconds"]
@@ -113,7 +114,7 @@ def list_cmd(
             when,
             Text(_clip(j.last_error or "", 80), style="red"),
         )
-    console.print(table)
+    console.print(fit_table(table))
 
 
 @jobs_app.command("show")
