@@ -76,6 +76,6 @@ def test_retention_accepts_forever_and_returns_seconds() -> None:
     ],
 )
 def test_retention_errors(text: str, problem: str) -> None:
-    with pytest.raises(ConfigError, match="^--retention-completed: invalid duration") as info:
+    with pytest.raises(ConfigError, match=r"^--retention-completed: invalid duration") as info:
         parse_retention(text, option="--retention-completed")
     assert problem in str(info.value)

@@ -199,4 +199,5 @@ def test_work_retention_options_take_the_duration_grammar(dsn: str, conn: Conn, 
 def test_work_refuses_a_bad_retention(dsn: str, value: str, needle: str) -> None:
     result = invoke("work", "tests.apps.basic:app", "--retention-cancelled", value, "--dsn", dsn)
     assert result.exit_code == 1
-    assert_one_clear_error(result.exit_code, result.stderr, f"--retention-cancelled: invalid duration {value!r}", needle)
+    expected = f"--retention-cancelled: invalid duration {value!r}"
+    assert_one_clear_error(result.exit_code, result.stderr, expected, needle)
