@@ -2,7 +2,8 @@
 transactional mode, where the completion must share the handler's transaction.
 
 Outcome rules: return -> completed; ``Cancel`` -> cancelled; ``Retry(after)`` ->
-retryable after that delay; an exception of a ``non_retryable`` type -> discarded; any
+retryable after that delay; an exception of a ``non_retryable`` type, or arguments that
+do not fit the handler's signature (or cannot be decoded) -> discarded at once; any
 other exception or a timeout -> retryable after the task's backoff. A retryable outcome on
 the last attempt becomes discarded (the dead letter), with every error kept.
 """
@@ -24,7 +25,7 @@ import psycopg_pool
 from ._jobs_db import JobsDB, Outcome, outcome_params
 from ._safe_json import UndecodableArgsError
 from .app import Task
-from .errors import Cancel, Retry
+from .errors import Cancel, InvalidArgumentsError, Retry
 from .models import Job, JobContext, JobState
 
 __all__ = ["Attempt", "Executor", "LeaseLost"]
@@ -59,13 +60,30 @@ def error_record(exc: BaseException, job: Job, worker_id: str) -> dict[str, Any]
     }
 
 
+def _arguments_error(task: Task[Any, Any] | None, job: Job, exc: BaseException) -> BaseException:
+    """A ``TypeError`` raised because the stored arguments do not fit the handler (it
+    changed since enqueue, or the job came by name from SQL or another service) becomes
+    an :class:`InvalidArgumentsError`, which no retry can fix; any other error is kept."""
+    if task is None or type(exc) is not TypeError:
+        return exc
+    problem = task.args_checker.problem(job.args)
+    if problem is None:
+        return exc  # raised inside the handler: an ordinary failure
+    error = InvalidArgumentsError(f"task {task.name!r}: the job's arguments do not fit the handler: {problem}")
+    error.__cause__ = exc
+    return error
+
+
 def failure_outcome(task: Task[Any, Any] | None, job: Job, exc: BaseException, worker_id: str) -> Outcome:
+    original, exc = exc, _arguments_error(task, job, exc)
     error = error_record(exc, job, worker_id)
     last = job.attempt >= job.max_attempts
     if isinstance(exc, Cancel):
         return Outcome(JobState.CANCELLED, error=error)
-    if isinstance(exc, UndecodableArgsError) or (
-        task is not None and task.non_retryable and isinstance(exc, task.non_retryable)
+    if (
+        exc is not original
+        or isinstance(exc, UndecodableArgsError)
+        or (task is not None and task.non_retryable and isinstance(exc, task.non_retryable))
     ):
         return Outcome(JobState.DISCARDED, error=error)
     if last:

@@ -15,8 +15,9 @@ import psycopg
 from . import _enqueue
 from . import cron as _cron
 from ._sql import validate_schema
+from ._task_args import ArgsChecker
 from .config import DEFAULT_QUEUE, WorkerConfig, validate_queue
-from .errors import ConfigError, UnknownTaskError
+from .errors import ConfigError, InvalidArgumentsError, UnknownTaskError
 from .models import JobSpec
 from .retry import Backoff
 
@@ -80,6 +81,8 @@ class Task(Generic[P, R]):
         self.pass_context = pass_context or transactional
         self.log_args = log_args
         self.is_async = inspect.iscoroutinefunction(fn)
+        #: The handler's signature, read once: what job arguments it accepts.
+        self.args_checker = ArgsChecker(name, fn, pass_context=self.pass_context)
         self._defaults = TaskOptions()
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -113,7 +116,15 @@ class Task(Generic[P, R]):
         return bound
 
     def job(self, **kwargs: Any) -> JobSpec:
-        """A validated job for :meth:`App.enqueue_many`."""
+        """A validated job for :meth:`App.enqueue_many`.
+
+        Raises:
+            InvalidArgumentsError: the handler's signature does not accept ``kwargs``
+            (an unknown, misspelt or missing argument), or they are not JSON.
+        """
+        problem = self.args_checker.problem(kwargs)
+        if problem is not None:
+            raise InvalidArgumentsError(f"task {self.name!r}: {problem}")
         o = self._defaults
         return _enqueue.make_spec(
             self.name,

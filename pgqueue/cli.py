@@ -113,14 +113,16 @@ def work(
         int | None, typer.Option(help="Serve Prometheus metrics on this port (N processes: N ports from it).")
     ] = None,
     metrics_host: Annotated[str, typer.Option(help="Address the metrics endpoint binds to.")] = "0.0.0.0",
-    retention_completed: Annotated[str, typer.Option(help="Keep completed jobs this long (36h, 14d, forever).")] = "1d",
-    retention_discarded: Annotated[str, typer.Option(help="Keep discarded jobs this long.")] = "14d",
-    retention_cancelled: Annotated[str, typer.Option(help="Keep cancelled jobs this long.")] = "7d",
+    retention_completed: Annotated[
+        str, typer.Option(help="Keep completed jobs this long: a duration (36h, 14d, 1d12h) or forever.")
+    ] = "1d",
+    retention_discarded: Annotated[str, typer.Option(help="Keep discarded jobs this long (or forever).")] = "14d",
+    retention_cancelled: Annotated[str, typer.Option(help="Keep cancelled jobs this long (or forever).")] = "7d",
 ) -> None:
     """Run workers for the tasks of MODULE:APP until SIGTERM/SIGINT."""
     import os
 
-    from ._retention import parse_duration
+    from ._duration import parse_retention
     from ._supervisor import run_processes, run_worker
     from .logging_setup import FORMATS, configure_logging
 
@@ -129,6 +131,8 @@ def work(
         raise fail(f"unknown log level {log_level!r}")
     if log_format not in FORMATS:
         raise fail(f"unknown log format {log_format!r}: use {', '.join(FORMATS)}")
+    given = {"completed": retention_completed, "discarded": retention_discarded, "cancelled": retention_cancelled}
+    retention = guard(lambda: {s: parse_retention(v, option=f"--retention-{s}") for s, v in given.items()})
     configure_logging(level, log_format)
     if processes > 1:
         os.environ["PGQUEUE_LOG_FORMAT"] = log_format  # the worker processes (spawned) follow it
@@ -142,9 +146,9 @@ def work(
             poll_interval=poll_interval,
             shutdown_timeout=shutdown_timeout,
             listen=listen,
-            retention_completed=parse_duration(retention_completed),
-            retention_discarded=parse_duration(retention_discarded),
-            retention_cancelled=parse_duration(retention_cancelled),
+            retention_completed=retention["completed"],
+            retention_discarded=retention["discarded"],
+            retention_cancelled=retention["cancelled"],
             metrics_port=metrics_port,
             metrics_host=metrics_host,
             metrics_port_span=processes,

@@ -233,7 +233,9 @@ def cancel_cmd(job_id: JobIdArg, dsn: DsnOpt = None, schema: SchemaOpt = "pgqueu
 @jobs_app.command("purge")
 def purge_cmd(
     state: Annotated[str, typer.Option(help="completed, discarded or cancelled.")],
-    older_than: Annotated[str, typer.Option(help="Age like 7d, 12h, 30m (finished longer ago than this).")],
+    older_than: Annotated[
+        str, typer.Option(help="Finished longer ago than this: a duration like 30s, 90m, 12h, 7d, 1d12h, 2w.")
+    ],
     batch_size: Annotated[int, typer.Option(min=1, help="Rows per DELETE transaction in the boundary day.")] = 5000,
     as_json: JsonOpt = False,
     dsn: DsnOpt = None,
@@ -242,7 +244,7 @@ def purge_cmd(
     """Remove finished jobs: whole day partitions are dropped, the boundary day is deleted in batches."""
 
     def go() -> ops.PurgeResult:
-        age: timedelta = ops.parse_duration(older_than)
+        age: timedelta = ops.parse_duration(older_than, option="--older-than")
         with connect(dsn) as conn:
             return ops.purge_jobs(conn, schema, state=state, older_than=age, batch_size=batch_size)
 

@@ -22,6 +22,7 @@ import psycopg.errors
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from ._duration import parse_duration
 from ._partitions import lock_name as partition_lock_name
 from ._sql import validate_schema
 from ._status import FailureGroup, Health, QueueStats, StatusSnapshot, WorkerInfo, status, translate_errors
@@ -127,18 +128,6 @@ class PurgeResult:
 
 
 # -- helpers ------------------------------------------------------------------------------
-
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def parse_duration(text: str) -> timedelta:
-    """``"7d"``, ``"12h"``, ``"90m"``, ``"1d12h"``, ``"30s"``, ``"2w"`` → timedelta."""
-    compact = text.strip().lower().replace(" ", "")
-    parts = _DURATION_PART.findall(compact)
-    if not compact or "".join(n + u for n, u in parts) != compact:
-        raise ConfigError(f"invalid duration {text!r}: use a number and a unit s, m, h, d or w, like 7d or 12h")
-    return timedelta(seconds=sum(float(n) * _UNIT_SECONDS[u] for n, u in parts))
 
 
 def _state(value: str | JobState) -> JobState:

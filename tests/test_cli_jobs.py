@@ -236,7 +236,9 @@ def test_purge_json_and_text(dsn: str, conn: psycopg.Connection[Any]) -> None:
     ("args", "needle"),
     [
         (("--state", "running", "--older-than", "1d"), "only completed, discarded or cancelled"),
-        (("--state", "completed", "--older-than", "soon"), "invalid duration 'soon'"),
+        (("--state", "completed", "--older-than", "soon"), "--older-than: invalid duration 'soon': not a duration"),
+        (("--state", "completed", "--older-than", "3"), "--older-than: invalid duration '3': needs a unit, e.g. 3s"),
+        (("--state", "completed", "--older-than", "forever"), "'forever' is not accepted here"),
         (("--state", "gone", "--older-than", "1d"), "unknown state 'gone'"),
     ],
 )
