@@ -36,9 +36,8 @@ def describe_target(dsn: str) -> str:
 
 def log_attempt(log: logging.Logger, dsn: str, attempt: int, exc: BaseException, delay: float) -> None:
     reason = str(exc).removeprefix(_PREFIX)
-    log.warning(
-        "database unreachable at %s (attempt %d): %s; retrying in %.1fs", describe_target(dsn), attempt, reason, delay
-    )
+    where = describe_target(dsn)
+    log.warning("cannot reach the database at %s (attempt %d): %s; retrying in %.1fs", where, attempt, reason, delay)
 
 
 async def wait_for_database(
@@ -50,11 +49,12 @@ async def wait_for_database(
     any other error propagates.
     """
     attempt = 0
-    while True:
+    while not stopping.is_set():
         attempt_task = asyncio.ensure_future(check())
         stop_task = asyncio.ensure_future(stopping.wait())
         await asyncio.wait({attempt_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
         stop_task.cancel()
+        await asyncio.gather(stop_task, return_exceptions=True)
         if not attempt_task.done():
             attempt_task.cancel()
             await asyncio.gather(attempt_task, return_exceptions=True)
@@ -71,4 +71,4 @@ async def wait_for_database(
             await asyncio.wait_for(stopping.wait(), delay)
         except TimeoutError:
             continue
-        return False
+    return False

@@ -103,7 +103,8 @@ def _exit_if_handlers_hang(running: int) -> None:
     # A sync handler stuck past its timeout cannot be interrupted; do not let it keep the
     # process alive after the worker has released its job.
     if running:
-        log.warning("%d sync handlers still running after shutdown; exiting anyway", running)
+        plural = "s" if running != 1 else ""
+        log.warning("%d sync handler%s still running after shutdown; exiting anyway", running, plural)
         logging.shutdown()
         sys.stdout.flush()
         os._exit(0)

@@ -166,7 +166,7 @@ class Worker:
         if not cfg.wait_for_database:
             await asyncio.to_thread(self._check_database, dsn)
         elif not await wait_for_database(lambda: self._reach_database(dsn), dsn, self._stopping, log):
-            log.info("worker %s stopped while waiting for the database", self.worker_id)
+            log.info("worker %s stopped before it started", self.worker_id)
             return
         transactional_async = any(t.transactional and t.is_async for t in self.app.tasks.values())
         pool = psycopg_pool.AsyncConnectionPool(
