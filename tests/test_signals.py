@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -22,9 +23,10 @@ from typing import Any
 import psycopg
 import pytest
 
+import pgqueue
 from pgqueue._stop_signals import REPEAT_WINDOW, StopSignals, Verdict
-from tests.apps.support import REPO, create_test_tables, enqueue_sql, job_row, ledger, worker_process
-from tests.conftest import wait_until
+from tests.apps.support import REPO, create_test_tables, enqueue_sql, job_row, ledger, state_of, worker_process
+from tests.conftest import async_wait_until, running_worker, wait_until
 
 APP = "tests.apps.lifecycle:app"
 # Run by the child of a new session: makes the pty on stdin its controlling terminal, then
@@ -206,10 +208,37 @@ def test_a_stop_while_the_worker_processes_start_is_not_lost(
 # -- after a clean stop ------------------------------------------------------------------
 
 
+async def test_only_sync_handlers_that_run_count_as_running_not_idle_threads(
+    app: pgqueue.App, conn: psycopg.Connection[Any]
+) -> None:
+    """Bug: at exit, every thread of the handler pool counted as a handler "still running"
+    (``14 handler threads still running`` after a clean stop with nothing in flight)."""
+    release = threading.Event()
+
+    @app.task(name="quick")
+    def quick() -> None:
+        pass
+
+    @app.task(name="block")
+    def block() -> None:
+        release.wait(30)
+
+    quick_ids = [quick.enqueue(conn) for _ in range(5)]
+    async with running_worker(app, concurrency=5) as worker:
+        await async_wait_until(lambda: all(state_of(conn, i) == "completed" for i in quick_ids))
+        assert [t for t in threading.enumerate() if t.name.startswith("pgqueue-job")]  # idle, alive
+        assert worker.sync_handlers_running == 0
+        block_id = block.enqueue(conn)
+        await async_wait_until(lambda: worker.sync_handlers_running == 1)
+        release.set()
+        await async_wait_until(lambda: state_of(conn, block_id) == "completed")
+        assert worker.sync_handlers_running == 0
+
+
 def test_a_clean_stop_does_not_warn_about_idle_handler_threads(
     dsn: str, conn: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
-    """Bug: every thread of the handler pool counted as "still running" at exit, even idle."""
+    """End to end: the idle threads of the pool do not count (see the test above)."""
     create_test_tables(conn)
     job_ids = [enqueue_sql(conn, "slow", f'{{"key": "t{i}", "seconds": 0.2}}') for i in range(20)]
     with worker_process(dsn, "tests.apps.basic:app", "--concurrency", "20", log=tmp_path / "w.log") as w:
