@@ -180,7 +180,7 @@ def test_a_second_stop_after_the_window_forces_exit(dsn: str, tables: psycopg.Co
         assert w.proc.poll() is None, w.output()
         w.ctrl_c()
         assert w.wait(30) == 130, w.output()
-    assert "exiting now" in w.output()
+    assert "second SIGINT" in w.output()
     for job_id in job_ids:  # left running: the rescuer retries them once their lease expires
         assert job_row(conn, job_id)["state"] == "running"
 
