@@ -14,6 +14,7 @@ import asyncio
 import concurrent.futures
 import contextvars
 import functools
+import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -112,6 +113,14 @@ class Executor:
         self.threads = threads
         self.pool = pool
         self.sync_pool = sync_pool
+        self._sync_running = 0
+        self._sync_lock = threading.Lock()
+
+    @property
+    def sync_running(self) -> int:
+        """Sync handlers running in their threads now (a timed-out one until it returns)."""
+        with self._sync_lock:
+            return self._sync_running
 
     async def run(self, task: Task[Any, Any], job: Job) -> Attempt:
         straggler: asyncio.Future[Any] | None = None
@@ -156,6 +165,15 @@ class Executor:
                 raise LeaseLost()  # rolls back the handler's writes with it
 
     def _call_sync(self, task: Task[Any, Any], job: Job) -> None:
+        with self._sync_lock:
+            self._sync_running += 1
+        try:
+            self._call_sync_handler(task, job)
+        finally:
+            with self._sync_lock:
+                self._sync_running -= 1
+
+    def _call_sync_handler(self, task: Task[Any, Any], job: Job) -> None:
         if not task.transactional:
             if task.pass_context:
                 task.fn(JobContext(job, self.worker_id), **job.args)
