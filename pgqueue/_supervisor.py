@@ -18,8 +18,7 @@ import threading
 import time
 from typing import Any
 
-import psycopg
-
+from ._dsn import FROM_OPTION, Database, announce, announced_by_parent, open_connection
 from ._loader import load_app
 from .config import WorkerConfig
 from .errors import DatabaseUnavailableError, PgQueueError
@@ -31,15 +30,17 @@ __all__ = ["run_processes", "run_worker"]
 log = logging.getLogger("pgqueue.cli")
 
 
-def run_worker(target: str, dsn: str | None, schema: str | None, config: WorkerConfig) -> int:
-    """Run one worker in this process until a signal stops it; returns the exit code."""
-    app = load_app(target)
-    if dsn:
-        app._dsn = dsn
-    if schema:
-        from ._sql import validate_schema
+def run_worker(
+    target: str, dsn: str | None, schema: str | None, config: WorkerConfig, source: str = FROM_OPTION
+) -> int:
+    """Run one worker in this process until a signal stops it; returns the exit code.
 
-        app.schema = validate_schema(schema)
+    ``dsn`` (from ``source``) overrides the app's own database; without it the app resolves
+    its ``App(dsn=...)``, ``$PGQUEUE_DSN`` or the embedded server, and says which.
+    """
+    app = load_app(target)
+    app.configure(dsn=dsn, schema=schema, source=source)
+    announce(app.database)
     worker = app.worker(config)
 
     async def main() -> None:
@@ -80,10 +81,11 @@ EXIT_FATAL = 3  # a child that cannot start (bad schema, bad config): restarting
 HEALTHY_RUN = 60.0  # a child that lived this long restarts without the accumulated backoff
 
 
-def _child(target: str, dsn: str | None, schema: str | None, config: WorkerConfig, log_level: int) -> None:
+def _child(target: str, db: Database, schema: str | None, config: WorkerConfig, log_level: int) -> None:
     configure_logging(log_level, os.environ.get("PGQUEUE_LOG_FORMAT", "text"), process_name=True)
+    announced_by_parent(db)
     try:
-        code = run_worker(target, dsn, schema, config)
+        code = run_worker(target, db.dsn, schema, config, db.source)
     except DatabaseUnavailableError as exc:
         # Transient (a restart, a failover, a network cut): the parent restarts this child
         # with backoff; it must not take the other workers down with it.
@@ -95,22 +97,21 @@ def _child(target: str, dsn: str | None, schema: str | None, config: WorkerConfi
     sys.exit(code)
 
 
-def preflight(target: str, dsn: str | None, schema: str | None) -> None:
-    """Check, in the parent, what would make every child fail at once."""
+def preflight(target: str, dsn: str | None, schema: str | None) -> Database:
+    """Check, in the parent, what would make every child fail at once; returns the database."""
     app = load_app(target)
-    resolved = dsn or app.dsn
-    try:
-        with psycopg.connect(resolved, autocommit=True, connect_timeout=10) as conn:
-            require_current(conn, schema or app.schema)
-    except psycopg.OperationalError as exc:
-        raise DatabaseUnavailableError.from_exc(exc) from exc
+    app.configure(dsn=dsn, schema=schema)
+    announce(app.database)
+    with open_connection(app.database) as conn:
+        require_current(conn, app.schema)
+    return app.database
 
 
 def run_processes(
     target: str, dsn: str | None, schema: str | None, config: WorkerConfig, processes: int, log_level: int
 ) -> int:
     """Run ``processes`` worker processes, each with its own loop and LISTEN connection."""
-    preflight(target, dsn, schema)
+    db = preflight(target, dsn, schema)  # resolved once: every child uses this database
     ctx = multiprocessing.get_context("spawn")
     stop = threading.Event()
     children: dict[int, Any] = {}
@@ -119,7 +120,7 @@ def run_processes(
 
     def start(slot: int) -> None:
         proc = ctx.Process(
-            target=_child, args=(target, dsn, schema, config, log_level), name=f"worker-{slot}", daemon=False
+            target=_child, args=(target, db, schema, config, log_level), name=f"worker-{slot}", daemon=False
         )
         proc.start()
         children[slot] = proc

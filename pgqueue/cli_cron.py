@@ -20,6 +20,7 @@ from rich.text import Text
 from ._cli_common import STATE_STYLE, DsnOpt, SchemaOpt, app, connect, console, guard
 from ._cron_db import StatusRow, lock_name, status_rows
 from ._cron_time import CronExpr
+from ._dsn import announce, open_connection
 from ._sql import queries_for, validate_schema
 from .cron import Schedule, schedules_of
 from .errors import ConfigError
@@ -195,11 +196,17 @@ def list_schedules(
     def go() -> tuple[list[CronEntry], datetime]:
         validate_schema(schema)
         declared = None
-        if target is not None:
+        if target is None:
+            conn = connect(dsn)
+        else:
             from ._loader import load_app
 
-            declared = schedules_of(load_app(target))
-        with connect(dsn) as conn:
+            loaded = load_app(target)
+            declared = schedules_of(loaded)
+            loaded.configure(dsn=dsn)  # --dsn, else the app's own database
+            announce(loaded.database)
+            conn = open_connection(loaded.database)
+        with conn:
             rows = status_rows(conn, schema)
             now_row = conn.execute(queries_for(schema)["db_now"]).fetchone()
         assert now_row is not None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import shlex
 import time
 from typing import Any
 
@@ -21,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ._cli_common import STATE_STYLE
+from ._dsn import display_dsn, open_connection
 from .app import App
 from .errors import Retry
 from .migrate import migrate
@@ -108,7 +110,7 @@ def _state_line(counts: dict[str, int]) -> Text:
 
 
 def run_demo(dsn: str, schema: str, jobs: int, concurrency: int, console: Console) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with open_connection(dsn) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
         migrate(conn, schema)
         console.print(f"[bold]pgqueue demo[/] on schema [cyan]{schema}[/]: migrated")
@@ -136,7 +138,8 @@ def run_demo(dsn: str, schema: str, jobs: int, concurrency: int, console: Consol
     summary.add_row("throughput", f"{finished / elapsed:,.0f} jobs/s")
     console.print()
     console.print(summary)
-    console.print(f"inspect: psql -c 'SELECT state, count(*) FROM {schema}.jobs GROUP BY 1'")
+    query = f"SELECT state, count(*) FROM {schema}.jobs GROUP BY 1"
+    console.print(f"inspect: {shlex.join(['psql', display_dsn(dsn, password=False), '-c', query])}", markup=False)
 
 
 async def _work(

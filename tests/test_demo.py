@@ -79,7 +79,8 @@ def test_cli_without_dsn_announces_the_embedded_server(tmp_path: Path) -> None:
             env=env,
         )
         assert proc.returncode == 0, proc.stderr
-        assert "using the embedded PostgreSQL" in proc.stderr
+        assert "pgqueue: database postgresql://postgres@/postgres?host=" in proc.stderr
+        assert "(from embedded server; set PGQUEUE_DSN to use your own)" in proc.stderr
         assert proc.stderr.count("\n") == 1  # exactly one line about it
         assert f"now at version {latest_version()}" in proc.stdout
     finally:

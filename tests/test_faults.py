@@ -60,7 +60,7 @@ async def test_listener_replaces_a_connection_that_went_silent(
     """Bug: the health check (``SELECT 1``) had no deadline. A connection whose peer
     vanished without FIN or RST blocked it forever, and the listener stayed "connected"
     while hearing nothing, so every pickup waited for the slow safety-net poll."""
-    app._dsn = via(dsn, proxy)
+    app.configure(dsn=via(dsn, proxy))
 
     @app.task(name="noop")
     def noop() -> None:
@@ -118,7 +118,7 @@ async def test_statement_timeout_fails_the_attempt_with_a_clear_error_and_nothin
 ) -> None:
     """A server-side statement_timeout that cancels a handler's query fails that attempt
     (retried, then discarded with the server's message); the worker carries on."""
-    app._dsn = make_conninfo(dsn, options="-c statement_timeout=200")
+    app.configure(dsn=make_conninfo(dsn, options="-c statement_timeout=200"))
 
     @app.task(name="too_slow", transactional=True, max_attempts=2, retry=pgqueue.Backoff(base=0, cap=0))
     def too_slow(ctx: pgqueue.JobContext) -> None:
@@ -154,7 +154,7 @@ async def test_worker_abandons_pool_connections_that_hang_and_carries_on(
     """Bug: the worker's own queries (claim, heartbeat, outcomes, maintenance) had no
     deadline. On a connection whose peer vanished without FIN or RST, a claim waited
     forever and the worker never ran another job, although new connections worked."""
-    app._dsn = via(dsn, proxy)
+    app.configure(dsn=via(dsn, proxy))
     done: list[int] = []
 
     @app.task(name="noop", pass_context=True)
