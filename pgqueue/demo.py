@@ -29,7 +29,7 @@ from .migrate import migrate
 from .models import JobState
 from .retry import Backoff
 
-__all__ = ["build_demo_app", "run_demo"]
+__all__ = ["build_demo_app", "inspect_hint", "run_demo"]
 
 STATES = [s.value for s in JobState]
 
@@ -138,8 +138,13 @@ def run_demo(dsn: str, schema: str, jobs: int, concurrency: int, console: Consol
     summary.add_row("throughput", f"{finished / elapsed:,.0f} jobs/s")
     console.print()
     console.print(summary)
+    console.print(f"inspect: {inspect_hint(dsn, schema)}", markup=False, highlight=False)
+
+
+def inspect_hint(dsn: str, schema: str) -> str:
+    """A ``psql`` command that reads the demo's counts from its database (psql asks for a password)."""
     query = f"SELECT state, count(*) FROM {schema}.jobs GROUP BY 1"
-    console.print(f"inspect: {shlex.join(['psql', display_dsn(dsn, password=False), '-c', query])}", markup=False)
+    return shlex.join(["psql", display_dsn(dsn, password=False), "-c", query])
 
 
 async def _work(
