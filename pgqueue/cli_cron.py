@@ -14,6 +14,7 @@ from zoneinfo import ZoneInfo
 
 import typer
 from rich import box
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -167,11 +168,11 @@ def _table(items: list[CronEntry], now: datetime, schema: str) -> Table:
         run = Text("-", style="dim")
         if e.last_job_state is not None:
             run = Text.assemble((e.last_job_state, _STATE_STYLE.get(e.last_job_state, "")), f" #{e.last_job_id}")
-        table.add_row(
-            e.name,
-            e.task,
-            e.cron,
-            e.timezone,
+        table.add_row(  # rows may have been edited by hand: no markup from them
+            escape(e.name),
+            escape(e.task),
+            escape(e.cron),
+            escape(e.timezone),
             policy,
             _when(e.last_fired_tick, e.timezone, now),
             _when(e.next_tick, e.timezone, now),

@@ -98,3 +98,11 @@ def test_cron_list_empty_and_errors(dsn: str, empty_dsn: str) -> None:
     bad_app = invoke("cron", "list", "--dsn", dsn, "--app", "tests.apps.nope:app")
     assert bad_app.exit_code == 1
     assert "cannot import module 'tests.apps.nope'" in bad_app.stderr
+
+
+def test_cron_list_prints_hand_edited_rows_literally(dsn: str, conn: psycopg.Connection[Any]) -> None:
+    fire_some(dsn, conn)
+    conn.execute("UPDATE pgqueue.cron_schedules SET timezone = '[bold]Mars/Base' WHERE name = 'legacy'")
+    table = invoke("cron", "list", "--dsn", dsn)
+    assert table.exit_code == 0, table.output
+    assert "[bold]Mars/Base" in table.stdout, table.stdout
