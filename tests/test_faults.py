@@ -20,6 +20,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import pgqueue
+from pgqueue._dsn import server_address
 from pgqueue.migrate import migrate
 from tests.apps.support import create_test_tables, enqueue_sql, job_row, ledger, state_of, worker_process
 from tests.chaos.cluster import PrivateCluster, unavailable_reason
@@ -98,7 +99,11 @@ def test_supervisor_keeps_its_workers_when_a_child_restarts_during_an_outage(
         children = wait_until(lambda: len(backends(conn, "listener")) == 2 and backends(conn, "listener"), timeout=60)
         proxy.set_mode("reset")  # the database is unreachable from the workers
         os.kill(children[0], signal.SIGKILL)
-        wait_until(lambda: "cannot reach the database" in parent.output(), timeout=30)
+        # The restarted child cannot connect (reset by the proxy) and says so, naming the server.
+        wait_until(
+            lambda: f"error: the connection to the database server at {server_address(proxied)}" in parent.output(),
+            timeout=30,
+        )
         assert parent.alive(), parent.output()
         proxy.heal()
         job_id = enqueue_sql(conn, "record", '{"key": "after-outage"}')
