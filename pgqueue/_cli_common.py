@@ -13,7 +13,9 @@ from typing import Annotated, Any, TypeVar
 import psycopg
 import typer
 from rich.console import Console
+from rich.markup import escape
 
+from . import _dsn
 from ._loader import AppImportError
 from .errors import DatabaseUnavailableError, PgQueueError
 
@@ -22,12 +24,12 @@ __all__ = [
     "DsnOpt",
     "SchemaOpt",
     "app",
+    "connect",
     "console",
+    "database",
     "err",
     "fail",
     "guard",
-    "connect",
-    "resolve_dsn",
     "settings",
 ]
 
@@ -41,9 +43,14 @@ app = typer.Typer(
 console = Console()
 err = Console(stderr=True)
 
+# No envvar=: the command itself reads $PGQUEUE_DSN, so that it can say where the DSN came from.
 DsnOpt = Annotated[
     str | None,
-    typer.Option("--dsn", envvar="PGQUEUE_DSN", help="PostgreSQL connection string (default: embedded server)."),
+    typer.Option(
+        "--dsn",
+        help="PostgreSQL connection string (default: $PGQUEUE_DSN, else the embedded server).",
+        show_default=False,
+    ),
 ]
 SchemaOpt = Annotated[str, typer.Option("--schema", envvar="PGQUEUE_SCHEMA", help="Schema holding pgqueue's tables.")]
 T = TypeVar("T")
@@ -59,7 +66,7 @@ settings = Settings()
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -72,7 +79,9 @@ def guard(fn: Callable[[], T]) -> T:
     except PgQueueError as exc:
         raise _failed(exc, str(exc)) from None
     except psycopg.OperationalError as exc:
-        raise _failed(exc, str(DatabaseUnavailableError.from_exc(exc))) from None
+        if exc.sqlstate is not None:  # the server refused a statement (lock or statement timeout, ...)
+            raise _failed(exc, f"database error: {str(exc).strip().splitlines()[0]}") from None
+        raise _failed(exc, str(DatabaseUnavailableError.from_exc(exc))) from None  # lost after connecting
     except psycopg.Error as exc:
         raise _failed(exc, f"database error: {str(exc).strip().splitlines()[0]}") from None
 
@@ -91,16 +100,18 @@ def _failed(exc: BaseException, message: str, user_frames: str = "") -> typer.Ex
     return exit_
 
 
-def resolve_dsn(dsn: str | None) -> str:
-    if dsn:
-        return dsn
-    from .embedded import embedded_dsn
+def database(dsn: str | None) -> _dsn.Database:
+    """The database a command uses: ``--dsn``, else ``$PGQUEUE_DSN``, else the embedded server.
 
-    return embedded_dsn()
+    Unless ``--dsn`` named it, one line on stderr says which database and why.
+    """
+    db = _dsn.resolve_database(dsn)
+    _dsn.announce(db)
+    return db
 
 
 def connect(dsn: str | None) -> psycopg.Connection[Any]:
-    return psycopg.connect(resolve_dsn(dsn), autocommit=True, connect_timeout=10)
+    return _dsn.open_connection(database(dsn))
 
 
 #: How every command colours a job state.

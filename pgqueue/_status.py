@@ -18,6 +18,7 @@ import psycopg.errors
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from ._dsn import migrate_hint
 from ._sql import validate_schema
 from .errors import SchemaNotInstalledError
 
@@ -27,7 +28,7 @@ Conn = psycopg.Connection[Any]
 
 
 @contextmanager
-def translate_errors(schema: str) -> Iterator[None]:
+def translate_errors(conn: psycopg.Connection[Any], schema: str) -> Iterator[None]:
     try:
         yield
     except (
@@ -37,7 +38,7 @@ def translate_errors(schema: str) -> Iterator[None]:
         psycopg.errors.InvalidSchemaName,
     ):
         raise SchemaNotInstalledError(
-            f"schema {schema!r} lacks pgqueue's tables, views or functions: run `pgqueue migrate`"
+            f"schema {schema!r} lacks pgqueue's tables, views or functions: {migrate_hint(conn, schema)}"
         ) from None
 
 
@@ -165,7 +166,7 @@ def status(conn: Conn, schema: str = "pgqueue", *, failures_limit: int = 20, ret
     # The pipeline is one implicit transaction, so now() would be its start: read the clock
     # last instead, so that every time the views returned is at or before it.
     queries.append((sql.SQL("SELECT clock_timestamp() AS at"), None))
-    with translate_errors(schema), conn.pipeline() as pipeline:
+    with translate_errors(conn, schema), conn.pipeline() as pipeline:
         try:
             cursors = [conn.cursor(row_factory=dict_row) for _ in queries]
             for cur, (query, params) in zip(cursors, queries, strict=True):

@@ -30,9 +30,8 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-import psycopg
-
 from ._db_wait import BACKOFF, log_attempt
+from ._dsn import Database, announce, announced_by_parent, open_connection
 from ._loader import load_app
 from ._stop_signals import STOP_SIGNALS, StopSignals, Verdict, signal_name
 from ._work_process import EXIT_FORCED, park_stop_signals, run_worker, worker_config
@@ -50,16 +49,17 @@ _TICK = 0.2  # how often the parent looks at its children when no signal arrives
 
 
 def _child(
-    target: str, dsn: str | None, schema: str | None, overrides: Mapping[str, Any], log_level: int, ready: Connection
+    target: str, db: Database, schema: str | None, overrides: Mapping[str, Any], log_level: int, ready: Connection
 ) -> None:
     configure_logging(log_level, os.environ.get("PGQUEUE_LOG_FORMAT", "text"), process_name=True)
+    announced_by_parent(db)
 
     def report_ready() -> None:
         ready.send_bytes(b"ready")
         ready.close()
 
     try:
-        code = run_worker(target, dsn, schema, overrides, on_ready=report_ready)
+        code = run_worker(target, db.dsn, schema, overrides, source=db.source, on_ready=report_ready)
     except DatabaseUnavailableError as exc:
         # Transient (a restart, a failover, a network cut): the parent restarts this child
         # with backoff; it must not take the other workers down with it.
@@ -71,20 +71,20 @@ def _child(
     sys.exit(code)
 
 
-def preflight(target: str, dsn: str | None, schema: str | None, overrides: Mapping[str, Any]) -> tuple[str, str]:
+def preflight(target: str, dsn: str | None, schema: str | None, overrides: Mapping[str, Any]) -> tuple[Database, str]:
     """Check, in the parent, the settings that would make every child fail at once;
-    returns the DSN and schema the children will use (:func:`check_database` checks them)."""
+    returns the database (resolved once, and said which) and schema the children will use
+    (:func:`check_database` checks them)."""
     app = load_app(target)
+    app.configure(dsn=dsn, schema=schema)
+    announce(app.database)
     worker_config(app, overrides)  # a bad combination of settings fails here, once
-    return dsn or app.dsn, schema or app.schema
+    return app.database, app.schema
 
 
-def check_database(dsn: str, schema: str) -> None:
-    try:
-        with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-            require_current(conn, schema)
-    except psycopg.OperationalError as exc:
-        raise DatabaseUnavailableError.from_exc(exc) from exc
+def check_database(db: Database, schema: str) -> None:
+    with open_connection(db) as conn:
+        require_current(conn, schema)
 
 
 def combined_exit_code(codes: Iterable[int]) -> int:
@@ -143,7 +143,7 @@ class _Supervisor:
         processes: int,
         log_level: int,
     ) -> None:
-        self.args = (target, dsn, schema, dict(overrides), log_level)
+        self.args: tuple[Any, ...] = (target, dsn, schema, dict(overrides), log_level)
         self.processes = processes
         self.signals = StopSignals()
         self.stop_signum: int | None = None
@@ -214,9 +214,10 @@ class _Supervisor:
             self.forward_stop(child)
 
     def run(self, wait_for_database: bool) -> int:
-        target, dsn, schema, overrides, _ = self.args
-        resolved_dsn, resolved_schema = preflight(target, dsn, schema, overrides)
-        if not self.database_reachable(resolved_dsn, resolved_schema, wait_for_database):
+        target, dsn, schema, overrides, log_level = self.args
+        db, resolved_schema = preflight(target, dsn, schema, overrides)
+        self.args = (target, db, resolved_schema, overrides, log_level)  # every child uses this database
+        if not self.database_reachable(db, resolved_schema, wait_for_database):
             log.info("stopped before the worker processes started")
             return 0
         for slot in range(self.processes):
@@ -259,12 +260,12 @@ class _Supervisor:
             return EXIT_FATAL
         return combined_exit_code(self.exit_codes)
 
-    def database_reachable(self, dsn: str, schema: str, wait: bool) -> bool:
+    def database_reachable(self, db: Database, schema: str, wait: bool) -> bool:
         """Check the database; with ``wait``, retry with backoff until it answers or a stop
         arrives (False)."""
         attempt = 0
         while True:
-            error = self.watching_signals(lambda: check_database(dsn, schema))
+            error = self.watching_signals(lambda: check_database(db, schema))
             if error is None:
                 return not self.stopping
             if self.stopping:
@@ -273,7 +274,7 @@ class _Supervisor:
                 raise error
             attempt += 1
             delay = BACKOFF.delay(attempt)
-            log_attempt(log, dsn, attempt, error, delay)
+            log_attempt(log, db.dsn, attempt, error, delay)
             deadline = time.monotonic() + delay
             while not self.stopping and time.monotonic() < deadline:
                 self.pause(deadline - time.monotonic())

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from ._dsn import FROM_OPTION, announce
 from ._loader import load_app
 from ._stop_signals import STOP_SIGNALS, StopSignals, Verdict, signal_name
 from .app import App
@@ -46,20 +47,19 @@ def run_worker(
     schema: str | None,
     overrides: Mapping[str, Any],
     *,
+    source: str = FROM_OPTION,
     on_ready: Callable[[], None] | None = None,
 ) -> int:
     """Run one worker in this process until a signal stops it; returns the exit code.
 
     ``on_ready`` is called once the stop signals are handled (a supervisor then knows that
-    a stop it forwards will be heard).
+    a stop it forwards will be heard). ``dsn`` (from ``source``) overrides the app's own
+    database; without it the app resolves its ``App(dsn=...)``, ``$PGQUEUE_DSN`` or the
+    embedded server, and says which.
     """
     app = load_app(target)
-    if dsn:
-        app._dsn = dsn
-    if schema:
-        from ._sql import validate_schema
-
-        app.schema = validate_schema(schema)
+    app.configure(dsn=dsn, schema=schema, source=source)
+    announce(app.database)
     worker = app.worker(worker_config(app, overrides))
     signals = StopSignals()
 

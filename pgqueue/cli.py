@@ -1,9 +1,11 @@
 """The ``pgqueue`` command line: parses options, calls the library, prints with rich.
 
-Every command takes ``--dsn`` (or ``$PGQUEUE_DSN``; with neither, the embedded
-PostgreSQL) and ``--schema`` (or ``$PGQUEUE_SCHEMA``). Errors print one clear line to
-stderr and exit non-zero. Shared options and helpers live in ``_cli_common``; command
-groups other than the core ones live in their own ``cli_*`` modules, registered below.
+Every command takes ``--dsn``, else ``$PGQUEUE_DSN`` (``work`` and ``cron list --app``:
+else the app's ``App(dsn=...)`` first), else the embedded PostgreSQL, and says which in
+one line on stderr unless ``--dsn`` named it; and ``--schema`` (or ``$PGQUEUE_SCHEMA``).
+Errors print one clear line to stderr and exit non-zero. Shared options and helpers live
+in ``_cli_common``; command groups other than the core ones live in their own ``cli_*``
+modules, registered below.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ._cli_common import DsnOpt, SchemaOpt, app, connect, console, fail, guard, resolve_dsn, settings
+from ._cli_common import DsnOpt, SchemaOpt, app, connect, console, database, fail, guard, settings
 
 __all__ = ["app", "main"]
 
@@ -219,7 +221,7 @@ def demo(
     """A self-contained showcase: migrate, enqueue, run workers, show live progress."""
     from .demo import run_demo
 
-    guard(lambda: run_demo(resolve_dsn(dsn), schema, jobs, concurrency, console))
+    guard(lambda: run_demo(database(dsn).dsn, schema, jobs, concurrency, console))
 
 
 from . import cli_jobs, cli_status  # noqa: E402,F401  (registers `pgqueue jobs ...`, `status`, `top`)

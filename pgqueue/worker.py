@@ -48,6 +48,7 @@ from ._claim_cursor import ClaimCursors
 from ._completer import Completer
 from ._cron_loop import CronScheduler, scheduler_for
 from ._db_wait import wait_for_database
+from ._dsn import open_connection, unavailable
 from ._executor import Attempt, Executor
 from ._jobs_db import JobsDB, Outcome
 from ._listener import Listener, application_name, brief, within
@@ -222,11 +223,13 @@ class Worker:
                 )
                 self._spawn(self.listener.run(), "listener")
             log.info(
-                "worker %s started: queues=%s concurrency=%d tasks=%d",
+                "worker %s started: queues=%s concurrency=%d tasks=%d database=%s schema=%s",
                 self.worker_id,
                 ",".join(self.queues),
                 cfg.concurrency,
                 len(self.app.tasks),
+                self.app.database.display,
+                self.app.schema,
             )
             await self._start_observability()
             self.started.set()
@@ -256,16 +259,16 @@ class Worker:
         try:
             aconn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, connect_timeout=10)
         except psycopg.OperationalError as exc:
-            raise DatabaseUnavailableError.from_exc(exc) from exc
+            raise unavailable(exc, dsn) from exc
         await aconn.close()
         await asyncio.to_thread(self._check_database, dsn)
 
     def _check_database(self, dsn: str) -> None:
         try:
-            with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+            with open_connection(dsn) as conn:
                 require_current(conn, self.app.schema)
                 ensure_partitions(conn, self.app.schema, days_ahead=self.config.partition_days_ahead)
-        except psycopg.OperationalError as exc:
+        except psycopg.OperationalError as exc:  # lost after connecting
             raise DatabaseUnavailableError.from_exc(exc) from exc
 
     def _spawn(self, coro: Any, name: str) -> None:

@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 import pgqueue
+from pgqueue._dsn import display_dsn
 from pgqueue.cli import app as cli_app
 from tests.conftest import async_wait_until, running_worker
 from tests.ops_support import TRACEBACK, enqueue, error_entry, insert_finished, state_of
@@ -257,7 +258,7 @@ def test_purge_bad_input(dsn: str, conn: psycopg.Connection[Any], args: tuple[st
 def test_unmigrated_database_says_run_migrate(empty_dsn: str, command: tuple[str, ...]) -> None:
     result = jobs(empty_dsn, *command)
     assert result.exit_code == 1
-    assert_one_clear_error(result.exit_code, result.stderr, "run `pgqueue migrate`")
+    assert_one_clear_error(result.exit_code, result.stderr, f"run `pgqueue migrate --dsn {display_dsn(empty_dsn)}`")
 
 
 def test_invalid_schema_name_is_refused(dsn: str) -> None:

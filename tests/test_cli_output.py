@@ -53,7 +53,7 @@ def test_status_on_unmigrated_database_logs_nothing_from_the_pipeline(
     caplog.set_level(logging.DEBUG, logger="psycopg")
     with psycopg.connect(empty_dsn, autocommit=True) as conn:
         for i in range(60):
-            with pytest.raises(SchemaNotInstalledError, match="run `pgqueue migrate`"):
+            with pytest.raises(SchemaNotInstalledError, match="run `pgqueue migrate --dsn "):
                 ops.status(conn, "pgqueue", retention=i % 2 == 0)
         assert conn.execute("SELECT 1").fetchone() == (1,)  # the connection is still usable
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
@@ -63,9 +63,12 @@ def test_status_on_unmigrated_database_logs_nothing_from_the_pipeline(
 def test_status_and_top_before_migrate_print_one_line(empty_dsn: str, command: tuple[str, ...]) -> None:
     proc = pgqueue_cli(*command, "--dsn", empty_dsn)
     assert proc.returncode == 1
-    assert stderr_lines(proc) == [
-        "error: schema 'pgqueue' lacks pgqueue's tables, views or functions: run `pgqueue migrate`"
-    ]
+    [line] = stderr_lines(proc)
+    dbname = psycopg.conninfo.conninfo_to_dict(empty_dsn)["dbname"]
+    assert line.startswith(
+        "error: schema 'pgqueue' lacks pgqueue's tables, views or functions: run `pgqueue migrate --dsn "
+    )
+    assert line.endswith(f"/{dbname}`")
 
 
 # -- --version ----------------------------------------------------------------------------

@@ -79,6 +79,7 @@ def test_cli_without_dsn_announces_the_embedded_server(pgdata: Path) -> None:
     demo = pgqueue("demo", "--jobs", "10", "--concurrency", "5")
     assert demo.returncode == 0, demo.stderr
     assert demo.stderr.splitlines() == [
-        f"pgqueue: no DSN given, using the embedded PostgreSQL running in {pgdata} (`pgqueue embedded stop` stops it)"
+        f"pgqueue: no DSN given, using the embedded PostgreSQL running in {pgdata} (`pgqueue embedded stop` stops it); "
+        "set PGQUEUE_DSN to use your own database"
     ]
     assert "enqueued 10 jobs" in demo.stdout

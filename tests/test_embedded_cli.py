@@ -50,7 +50,10 @@ def test_started_once_reused_then_shown_and_stopped(pgdata: Path) -> None:
     assert first.returncode == 0, first.stderr
     [started] = lines(first.stderr)
     assert started.startswith(f"pgqueue: no DSN given, started the embedded PostgreSQL {wheel_major()} in {pgdata}")
-    assert started.endswith("; it keeps running after this command: stop it with `pgqueue embedded stop`")
+    assert started.endswith(
+        "; it keeps running after this command: stop it with `pgqueue embedded stop`; "
+        "set PGQUEUE_DSN to use your own database"
+    )
     if os.geteuid() == 0:
         assert f"as the system user {SYSTEM_USER!r}" in started
         assert "PostgreSQL does not run as root" in started
@@ -59,7 +62,8 @@ def test_started_once_reused_then_shown_and_stopped(pgdata: Path) -> None:
     second = run(pgdata, "migrate")
     assert second.returncode == 0, second.stderr
     assert lines(second.stderr) == [
-        f"pgqueue: no DSN given, using the embedded PostgreSQL running in {pgdata} (`pgqueue embedded stop` stops it)"
+        f"pgqueue: no DSN given, using the embedded PostgreSQL running in {pgdata} (`pgqueue embedded stop` stops it); "
+        "set PGQUEUE_DSN to use your own database"
     ]
     assert postmaster_pid(pgdata) == pid
 
