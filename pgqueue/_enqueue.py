@@ -303,7 +303,7 @@ class _Batch:
             if due:
                 self.wake.add(spec.queue)
             state = "available" if due else "scheduled"
-            yield (spec.task, spec.args_json, spec.queue, spec.priority, run_at, state, spec.max_attempts)
+            yield (spec.task, spec.args_json, spec.queue, spec.priority, run_at, run_at, state, spec.max_attempts)
 
     def translate(self, exc: psycopg.Error) -> Exception:
         """:func:`translate`, naming the row the database refused when it says which."""
