@@ -175,7 +175,7 @@ def test_producers_keep_enqueueing_after_0006_before_roles_run_again(
         with psycopg.connect(server_dsn(), autocommit=True) as admin:
             admin.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                    sql.Identifier(conninfo_to_dict(empty_dsn)["dbname"])
+                    sql.Identifier(str(conninfo_to_dict(empty_dsn)["dbname"]))
                 )
             )
             drop_roles(admin, [login, *names.all()])
