@@ -278,6 +278,15 @@ class _Batch:
         self.keyed: list[JobSpec] = []
         self.keyed_rows: list[int] = []  # row numbers of the keyed specs
         self.count = 0
+        # COPY rows carry run_at twice (run_at and scheduled_at), and a batch's rows mostly
+        # share one value: its text (what psycopg would send, str()) is made once per value.
+        self._at: datetime | None = None
+        self._at_text = ""
+
+    def _timestamp(self, at: datetime) -> str:
+        if at != self._at:
+            self._at, self._at_text = at, str(at)
+        return self._at_text
 
     def _next(self, specs: Iterator[Any]) -> JobSpec | None:
         try:
@@ -307,7 +316,8 @@ class _Batch:
             if due:
                 self.wake.add(spec.queue)
             state = "available" if due else "scheduled"
-            yield (spec.task, spec.args_json, spec.queue, spec.priority, run_at, state, spec.max_attempts)
+            at = self._timestamp(run_at)
+            yield (spec.task, spec.args_json, spec.queue, spec.priority, at, at, state, spec.max_attempts)
 
     def translate(self, exc: psycopg.Error, conn: AnyConn, schema: str) -> Exception:
         """:func:`translate`, naming the row the database refused when it says which."""

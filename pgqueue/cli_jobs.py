@@ -140,6 +140,7 @@ def show_cmd(job_id: JobIdArg, as_json: JsonOpt = False, dsn: DsnOpt = None, sch
         ("attempts", f"{job.attempt} of {job.max_attempts if job.max_attempts is not None else '(task default)'}"),
         ("created", f"{job.created_at.isoformat()} ({ago(job.created_at, now)})"),
         ("run at", f"{job.run_at.isoformat()} ({ago(job.run_at, now)})"),
+        ("scheduled for", f"{job.scheduled_at.isoformat()} ({ago(job.scheduled_at, now)})"),
     ]
     if job.started_at:
         rows.append(("started", f"{job.started_at.isoformat()} ({ago(job.started_at, now)})"))

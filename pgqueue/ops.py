@@ -100,6 +100,9 @@ class JobSummary:
     worker_id: str | None
     error_count: int
     last_error: str | None  #: "Type: message" of the latest failed attempt
+    #: The time the job was scheduled for at enqueue (a cron job: its tick); unlike
+    #: ``run_at`` no retry moves it. A job finished before schema version 6 shows its run_at.
+    scheduled_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +164,7 @@ _JOB_COLUMNS = sql.SQL(
     " started_at, finished_at, unique_key, worker_id, jsonb_array_length(errors) AS error_count,"
     " CASE WHEN jsonb_array_length(errors) > 0 THEN"
     " coalesce(errors -> -1 ->> 'type', 'Error') || ': ' || coalesce(errors -> -1 ->> 'message', '')"
-    " END AS last_error"
+    " END AS last_error, coalesce(scheduled_at, run_at) AS scheduled_at"
 )
 
 
