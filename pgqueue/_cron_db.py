@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 import psycopg.errors
 
+from ._dsn import migrate_hint
 from ._sql import queries_for
 from .cron import Schedule
 from .errors import SchemaNotInstalledError
@@ -163,5 +164,5 @@ def status_rows(conn: psycopg.Connection[Any], schema: str) -> list[StatusRow]:
     try:
         rows = conn.execute(queries_for(schema)["cron_status_list"]).fetchall()
     except psycopg.errors.UndefinedTable:
-        raise SchemaNotInstalledError(f"schema {schema!r} has no cron tables: run `pgqueue migrate`") from None
+        raise SchemaNotInstalledError(f"schema {schema!r} has no cron tables: {migrate_hint(conn, schema)}") from None
     return [StatusRow(*row) for row in rows]

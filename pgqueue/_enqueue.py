@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 from psycopg import errors as pgerrors
 
+from ._dsn import migrate_hint
 from ._sql import queries_for
 from .config import validate_queue
 from .errors import (
@@ -206,16 +207,19 @@ def _params(spec: JobSpec) -> dict[str, Any]:
     }
 
 
-def translate(exc: psycopg.Error) -> Exception:
+AnyConn = psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
+
+
+def translate(exc: psycopg.Error, conn: AnyConn, schema: str) -> Exception:
     """Map the database's refusal of a job to pgqueue's error, or return it unchanged."""
     if isinstance(exc, (pgerrors.UndefinedFunction, pgerrors.UndefinedTable, pgerrors.InvalidSchemaName)):
         return SchemaNotInstalledError(
-            f"pgqueue is not installed in this database ({exc.diag.message_primary}): run `pgqueue migrate`"
+            f"pgqueue is not installed in this database ({exc.diag.message_primary}): {migrate_hint(conn, schema)}"
         )
     if isinstance(exc, pgerrors.CheckViolation) and exc.diag.constraint_name == "jobs_args_size":
         return PayloadTooLargeError(
-            "arguments exceed the server's payload limit (constraint jobs_args_size; "
-            "raise it with `pgqueue migrate --max-payload-bytes N`)"
+            "arguments exceed the server's payload limit (constraint jobs_args_size; to raise it, "
+            f"{migrate_hint(conn, schema, '--max-payload-bytes', 'N')})"
         )
     if isinstance(exc, pgerrors.CheckViolation) and exc.diag.constraint_name == "jobs_run_at_range":
         return ConfigError(
@@ -244,7 +248,7 @@ def enqueue_one(conn: psycopg.Connection[Any], schema: str, spec: JobSpec) -> in
     try:
         row = conn.execute(_query(schema, spec), _params(spec)).fetchone()
     except psycopg.Error as exc:
-        raise translate(exc) from exc
+        raise translate(exc, conn, schema) from exc
     assert row is not None
     return int(row[0])
 
@@ -254,7 +258,7 @@ async def enqueue_one_async(conn: psycopg.AsyncConnection[Any], schema: str, spe
         cur = await conn.execute(_query(schema, spec), _params(spec))
         row = await cur.fetchone()
     except psycopg.Error as exc:
-        raise translate(exc) from exc
+        raise translate(exc, conn, schema) from exc
     assert row is not None
     return int(row[0])
 
@@ -274,6 +278,15 @@ class _Batch:
         self.keyed: list[JobSpec] = []
         self.keyed_rows: list[int] = []  # row numbers of the keyed specs
         self.count = 0
+        # COPY rows carry run_at twice (run_at and scheduled_at), and a batch's rows mostly
+        # share one value: its text (what psycopg would send, str()) is made once per value.
+        self._at: datetime | None = None
+        self._at_text = ""
+
+    def _timestamp(self, at: datetime) -> str:
+        if at != self._at:
+            self._at, self._at_text = at, str(at)
+        return self._at_text
 
     def _next(self, specs: Iterator[Any]) -> JobSpec | None:
         try:
@@ -303,18 +316,19 @@ class _Batch:
             if due:
                 self.wake.add(spec.queue)
             state = "available" if due else "scheduled"
-            yield (spec.task, spec.args_json, spec.queue, spec.priority, run_at, state, spec.max_attempts)
+            at = self._timestamp(run_at)
+            yield (spec.task, spec.args_json, spec.queue, spec.priority, at, at, state, spec.max_attempts)
 
-    def translate(self, exc: psycopg.Error) -> Exception:
+    def translate(self, exc: psycopg.Error, conn: AnyConn, schema: str) -> Exception:
         """:func:`translate`, naming the row the database refused when it says which."""
         found = _COPY_LINE.search(exc.diag.context or "")
         if found is None:
-            return translate(exc)
+            return translate(exc, conn, schema)
         row = int(found[1])  # the n-th COPY row: count the keyed rows before it back in
         for keyed in self.keyed_rows:
             if keyed <= row:
                 row += 1
-        error = translate(exc)
+        error = translate(exc, conn, schema)
         if isinstance(error, PgQueueError):
             return type(error)(f"enqueue_many row {row}: {error}")
         error.add_note(f"enqueue_many row {row}")
@@ -338,7 +352,7 @@ def enqueue_many(conn: psycopg.Connection[Any], schema: str, specs: Iterable[Job
             if batch.wake:
                 cur.execute(q["queue_notify"], {"queues": sorted(batch.wake)})
     except psycopg.Error as exc:
-        raise batch.translate(exc) from exc
+        raise batch.translate(exc, conn, schema) from exc
     return batch.count
 
 
@@ -371,5 +385,5 @@ async def enqueue_many_async(
             if batch.wake:
                 await acur.execute(q["queue_notify"], {"queues": sorted(batch.wake)})
     except psycopg.Error as exc:
-        raise batch.translate(exc) from exc
+        raise batch.translate(exc, conn, schema) from exc
     return batch.count

@@ -2,7 +2,8 @@
 transactional mode, where the completion must share the handler's transaction.
 
 Outcome rules: return -> completed; ``Cancel`` -> cancelled; ``Retry(after)`` ->
-retryable after that delay; an exception of a ``non_retryable`` type -> discarded; any
+retryable after that delay; an exception of a ``non_retryable`` type, or arguments that
+do not fit the handler's signature (or cannot be decoded) -> discarded at once; any
 other exception or a timeout -> retryable after the task's backoff. A retryable outcome on
 the last attempt becomes discarded (the dead letter), with every error kept.
 """
@@ -13,6 +14,7 @@ import asyncio
 import concurrent.futures
 import contextvars
 import functools
+import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,7 +26,7 @@ import psycopg_pool
 from ._jobs_db import JobsDB, Outcome, outcome_params
 from ._safe_json import UndecodableArgsError
 from .app import Task
-from .errors import Cancel, Retry
+from .errors import Cancel, InvalidArgumentsError, Retry
 from .models import Job, JobContext, JobState
 
 __all__ = ["Attempt", "Executor", "LeaseLost"]
@@ -59,13 +61,30 @@ def error_record(exc: BaseException, job: Job, worker_id: str) -> dict[str, Any]
     }
 
 
+def _arguments_error(task: Task[Any, Any] | None, job: Job, exc: BaseException) -> BaseException:
+    """A ``TypeError`` raised because the stored arguments do not fit the handler (it
+    changed since enqueue, or the job came by name from SQL or another service) becomes
+    an :class:`InvalidArgumentsError`, which no retry can fix; any other error is kept."""
+    if task is None or type(exc) is not TypeError:
+        return exc
+    problem = task.args_checker.problem(job.args)
+    if problem is None:
+        return exc  # raised inside the handler: an ordinary failure
+    error = InvalidArgumentsError(f"task {task.name!r}: the job's arguments do not fit the handler: {problem}")
+    error.__cause__ = exc
+    return error
+
+
 def failure_outcome(task: Task[Any, Any] | None, job: Job, exc: BaseException, worker_id: str) -> Outcome:
+    original, exc = exc, _arguments_error(task, job, exc)
     error = error_record(exc, job, worker_id)
     last = job.attempt >= job.max_attempts
     if isinstance(exc, Cancel):
         return Outcome(JobState.CANCELLED, error=error)
-    if isinstance(exc, UndecodableArgsError) or (
-        task is not None and task.non_retryable and isinstance(exc, task.non_retryable)
+    if (
+        exc is not original
+        or isinstance(exc, UndecodableArgsError)
+        or (task is not None and task.non_retryable and isinstance(exc, task.non_retryable))
     ):
         return Outcome(JobState.DISCARDED, error=error)
     if last:
@@ -94,6 +113,14 @@ class Executor:
         self.threads = threads
         self.pool = pool
         self.sync_pool = sync_pool
+        self._sync_running = 0
+        self._sync_lock = threading.Lock()
+
+    @property
+    def sync_running(self) -> int:
+        """Sync handlers running in their threads now (a timed-out one until it returns)."""
+        with self._sync_lock:
+            return self._sync_running
 
     async def run(self, task: Task[Any, Any], job: Job) -> Attempt:
         straggler: asyncio.Future[Any] | None = None
@@ -138,6 +165,15 @@ class Executor:
                 raise LeaseLost()  # rolls back the handler's writes with it
 
     def _call_sync(self, task: Task[Any, Any], job: Job) -> None:
+        with self._sync_lock:
+            self._sync_running += 1
+        try:
+            self._call_sync_handler(task, job)
+        finally:
+            with self._sync_lock:
+                self._sync_running -= 1
+
+    def _call_sync_handler(self, task: Task[Any, Any], job: Job) -> None:
         if not task.transactional:
             if task.pass_context:
                 task.fn(JobContext(job, self.worker_id), **job.args)

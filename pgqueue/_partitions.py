@@ -15,6 +15,7 @@ import psycopg
 import psycopg.errors
 from psycopg import sql
 
+from ._dsn import migrate_hint
 from ._sql import queries_for
 from .errors import SchemaNotInstalledError
 
@@ -53,9 +54,9 @@ def _create_day_via_owner(conn: psycopg.Connection[Any], schema: str, parent: st
         conn.execute(sql.SQL("SELECT {}.create_partition(%s, %s)").format(sql.Identifier(schema)), [parent, day])
     except psycopg.errors.UndefinedFunction:
         raise SchemaNotInstalledError(
-            f"this role does not own schema {schema!r} and cannot create its day partitions: run "
-            "`pgqueue migrate --create-roles` (it installs create_partition() for the worker role), "
-            "or run the worker as the schema's owner"
+            f"this role does not own schema {schema!r} and cannot create its day partitions: "
+            f"{migrate_hint(conn, schema, '--create-roles')} as a superuser (it installs create_partition() "
+            "for the worker role), or run the worker as the schema's owner"
         ) from None
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
@@ -31,14 +30,12 @@ from ._partitions import drop_day, lock_name
 from ._registry import DEAD_WORKER_GRACE
 from ._sql import queries_for
 from .config import WorkerConfig
-from .errors import ConfigError
 from .models import JobState
 
 __all__ = [
     "RetentionResult",
     "apply_retention",
     "expired_partitions",
-    "parse_duration",
     "retention_of",
     "summarize_recent",
 ]
@@ -145,18 +142,3 @@ def summarize_recent(conn: psycopg.Connection[Any], schema: str) -> int:
     except psycopg.errors.InsufficientPrivilege as exc:
         log.debug("cannot summarise BRIN indexes (%s); leaving it to autovacuum", exc)
     return added
-
-
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
-
-
-def parse_duration(text: str) -> float:
-    """Seconds from ``"90"``, ``"90s"``, ``"15m"``, ``"36h"``, ``"14d"``, ``"2w"``;
-    ``"forever"`` (or ``"0"``) gives 0, meaning keep forever."""
-    if text.strip().lower() in {"forever", "never"}:
-        return 0.0
-    match = _DURATION.match(text.lower())
-    if not match:
-        raise ConfigError(f"invalid duration {text!r}: use a number with s, m, h, d or w (e.g. 36h, 14d) or 'forever'")
-    return float(match[1]) * _UNITS[match[2] or "s"]

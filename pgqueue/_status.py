@@ -18,6 +18,7 @@ import psycopg.errors
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from ._dsn import migrate_hint
 from ._sql import validate_schema
 from .errors import SchemaNotInstalledError
 
@@ -27,7 +28,7 @@ Conn = psycopg.Connection[Any]
 
 
 @contextmanager
-def translate_errors(schema: str) -> Iterator[None]:
+def translate_errors(conn: psycopg.Connection[Any], schema: str) -> Iterator[None]:
     try:
         yield
     except (
@@ -37,7 +38,7 @@ def translate_errors(schema: str) -> Iterator[None]:
         psycopg.errors.InvalidSchemaName,
     ):
         raise SchemaNotInstalledError(
-            f"schema {schema!r} lacks pgqueue's tables, views or functions: run `pgqueue migrate`"
+            f"schema {schema!r} lacks pgqueue's tables, views or functions: {migrate_hint(conn, schema)}"
         ) from None
 
 
@@ -127,6 +128,22 @@ def _build(cls: type[Any], row: Mapping[str, Any]) -> Any:
     return cls(**{k: (float(v) if isinstance(v, Decimal) else v) for k, v in row.items() if k in names})
 
 
+def _drain(pipeline: psycopg.Pipeline, pending: int) -> None:
+    """Consume what a failed pipeline still owes, so that leaving it raises nothing more.
+
+    After an error the server skips the statements queued behind it ("pipeline aborted").
+    Whether their results were read before the error surfaced depends on timing; those not
+    read yet would make the pipeline's exit fail again, and psycopg logs that second failure
+    as a stray warning. Each ``sync()`` reads at least one of them, so this ends.
+    """
+    for _ in range(pending + 2):
+        try:
+            pipeline.sync()
+            return
+        except psycopg.Error:
+            continue
+
+
 def status(conn: Conn, schema: str = "pgqueue", *, failures_limit: int = 20, retention: bool = True) -> StatusSnapshot:
     """Read ``queue_stats``, ``workers``, ``failures``, ``health`` and (unless
     ``retention=False``) ``retention`` in one pipelined round trip.
@@ -149,11 +166,15 @@ def status(conn: Conn, schema: str = "pgqueue", *, failures_limit: int = 20, ret
     # The pipeline is one implicit transaction, so now() would be its start: read the clock
     # last instead, so that every time the views returned is at or before it.
     queries.append((sql.SQL("SELECT clock_timestamp() AS at"), None))
-    with translate_errors(schema), conn.pipeline():
-        cursors = [conn.cursor(row_factory=dict_row) for _ in queries]
-        for cur, (query, params) in zip(cursors, queries, strict=True):
-            cur.execute(query, params)
-        results = [cur.fetchall() for cur in cursors]
+    with translate_errors(conn, schema), conn.pipeline() as pipeline:
+        try:
+            cursors = [conn.cursor(row_factory=dict_row) for _ in queries]
+            for cur, (query, params) in zip(cursors, queries, strict=True):
+                cur.execute(query, params)
+            results = [cur.fetchall() for cur in cursors]
+        except psycopg.Error:
+            _drain(pipeline, len(queries))
+            raise
     queues, workers, failures, health = results[:4]
     at = results[-1]
     return StatusSnapshot(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import os
 import re
 from collections.abc import AsyncIterable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -12,11 +11,12 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, ov
 
 import psycopg
 
-from . import _enqueue
+from . import _dsn, _enqueue
 from . import cron as _cron
 from ._sql import validate_schema
+from ._task_args import ArgsChecker
 from .config import DEFAULT_QUEUE, WorkerConfig, validate_queue
-from .errors import ConfigError, UnknownTaskError
+from .errors import ConfigError, InvalidArgumentsError, UnknownTaskError
 from .models import JobSpec
 from .retry import Backoff
 
@@ -80,6 +80,8 @@ class Task(Generic[P, R]):
         self.pass_context = pass_context or transactional
         self.log_args = log_args
         self.is_async = inspect.iscoroutinefunction(fn)
+        #: The handler's signature, read once: what job arguments it accepts.
+        self.args_checker = ArgsChecker(name, fn, pass_context=self.pass_context)
         self._defaults = TaskOptions()
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -113,7 +115,15 @@ class Task(Generic[P, R]):
         return bound
 
     def job(self, **kwargs: Any) -> JobSpec:
-        """A validated job for :meth:`App.enqueue_many`."""
+        """A validated job for :meth:`App.enqueue_many`.
+
+        Raises:
+            InvalidArgumentsError: the handler's signature does not accept ``kwargs``
+            (an unknown, misspelt or missing argument), or they are not JSON.
+        """
+        problem = self.args_checker.problem(kwargs)
+        if problem is not None:
+            raise InvalidArgumentsError(f"task {self.name!r}: {problem}")
         o = self._defaults
         return _enqueue.make_spec(
             self.name,
@@ -141,7 +151,7 @@ class App:
 
     ``dsn`` falls back to ``$PGQUEUE_DSN``, then to the embedded PostgreSQL server; it is
     resolved only when a worker or a migration needs it, never by enqueue (which uses the
-    caller's connection).
+    caller's connection). :attr:`database` says which one was chosen and why.
     """
 
     def __init__(
@@ -153,6 +163,8 @@ class App:
         worker_config: WorkerConfig | None = None,
     ) -> None:
         self._dsn = dsn
+        self._dsn_source = _dsn.FROM_APP
+        self._database: _dsn.Database | None = None
         self.schema = validate_schema(schema)
         if max_payload_bytes < 1:
             raise ConfigError("max_payload_bytes must be positive")
@@ -165,15 +177,34 @@ class App:
     # -- configuration ------------------------------------------------------------------
 
     @property
+    def database(self) -> _dsn.Database:
+        """The database in use and where its DSN came from (resolved on first use).
+
+        Raises:
+            ConfigError: the DSN is not a valid connection string.
+            DatabaseUnavailableError: no DSN anywhere, and the embedded server cannot start.
+        """
+        if self._database is None:
+            self._database = _dsn.resolve_database(self._dsn, source=self._dsn_source)
+            if self._database.source == _dsn.FROM_EMBEDDED:
+                _dsn.announce(self._database)  # nobody asked for it: say so, in one line
+        return self._database
+
+    @property
     def dsn(self) -> str:
         """The connection string, starting the embedded server if nothing else is set."""
-        if self._dsn is None:
-            self._dsn = os.environ.get("PGQUEUE_DSN") or None
-        if self._dsn is None:
-            from .embedded import embedded_dsn
+        return self.database.dsn
 
-            self._dsn = embedded_dsn()
-        return self._dsn
+    def configure(self, *, dsn: str | None = None, schema: str | None = None, source: str = _dsn.FROM_OPTION) -> None:
+        """Point the app at another database or schema, before any worker starts.
+
+        The command line uses it for ``--dsn`` and ``--schema``; ``source`` says where
+        ``dsn`` came from (as printed by ``pgqueue``), ``--dsn`` unless told otherwise.
+        """
+        if dsn:
+            self._dsn, self._dsn_source, self._database = dsn, source, None
+        if schema:
+            self.schema = validate_schema(schema)
 
     @overload
     def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
@@ -343,7 +374,7 @@ class App:
         """Apply pending migrations; returns the versions applied."""
         from .migrate import migrate
 
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
+        with _dsn.open_connection(self.database) as conn:
             return migrate(conn, self.schema)
 
     def worker(self, config: WorkerConfig | None = None, **overrides: Any) -> Worker:

@@ -1,9 +1,11 @@
 """The ``pgqueue`` command line: parses options, calls the library, prints with rich.
 
-Every command takes ``--dsn`` (or ``$PGQUEUE_DSN``; with neither, the embedded
-PostgreSQL) and ``--schema`` (or ``$PGQUEUE_SCHEMA``). Errors print one clear line to
-stderr and exit non-zero. Shared options and helpers live in ``_cli_common``; command
-groups other than the core ones live in their own ``cli_*`` modules, registered below.
+Every command takes ``--dsn``, else ``$PGQUEUE_DSN`` (``work`` and ``cron list --app``:
+else the app's ``App(dsn=...)`` first), else the embedded PostgreSQL, and says which in
+one line on stderr unless ``--dsn`` named it; and ``--schema`` (or ``$PGQUEUE_SCHEMA``).
+Errors print one clear line to stderr and exit non-zero. Shared options and helpers live
+in ``_cli_common``; command groups other than the core ones live in their own ``cli_*``
+modules, registered below.
 """
 
 from __future__ import annotations
@@ -11,14 +13,34 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from ._cli_common import DsnOpt, SchemaOpt, app, connect, console, fail, guard, resolve_dsn
-from .config import WorkerConfig
+from ._cli_common import DsnOpt, SchemaOpt, app, connect, console, database, fail, guard, settings
 
 __all__ = ["app", "main"]
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from ._version import __version__
+
+        typer.echo(f"pgqueue {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _global_options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", is_eager=True, callback=_print_version, help="Print pgqueue's version and exit."),
+    ] = False,
+    show_traceback: Annotated[
+        bool, typer.Option("--traceback", help="On an error, also print the full Python traceback.")
+    ] = False,
+) -> None:
+    settings.traceback = show_traceback
 
 
 @app.command()
@@ -77,13 +99,13 @@ def work(
         str | None, typer.Option("--schema", envvar="PGQUEUE_SCHEMA", help="Override the App's schema.")
     ] = None,
     queues: Annotated[str | None, typer.Option(help="Comma-separated queues (default: the tasks' queues).")] = None,
-    concurrency: Annotated[int, typer.Option(min=1, help="Jobs run at once per process.")] = 10,
+    concurrency: Annotated[int | None, typer.Option(min=1, help="Jobs run at once per process.")] = None,
     processes: Annotated[int, typer.Option(min=1, help="Worker processes, one event loop each.")] = 1,
-    shutdown_timeout: Annotated[float, typer.Option(help="Seconds in-flight jobs get on SIGTERM.")] = 30.0,
-    lease: Annotated[float, typer.Option(help="Lease per claimed job, seconds.")] = 30.0,
-    heartbeat_interval: Annotated[float, typer.Option(help="Lease extension interval, seconds.")] = 10.0,
-    poll_interval: Annotated[float, typer.Option(help="Safety-net polling interval, seconds.")] = 1.0,
-    listen: Annotated[bool, typer.Option("--listen/--no-listen", help="Wake up on NOTIFY.")] = True,
+    shutdown_timeout: Annotated[float | None, typer.Option(help="Seconds in-flight jobs get on SIGTERM.")] = None,
+    lease: Annotated[float | None, typer.Option(help="Lease per claimed job, seconds.")] = None,
+    heartbeat_interval: Annotated[float | None, typer.Option(help="Lease extension interval, seconds.")] = None,
+    poll_interval: Annotated[float | None, typer.Option(help="Safety-net polling interval, seconds.")] = None,
+    listen: Annotated[bool | None, typer.Option("--listen/--no-listen", help="Wake up on NOTIFY.")] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR.")] = "INFO",
     log_format: Annotated[
         str, typer.Option(help="text, kv (key=value) or json (one object per line).", envvar="PGQUEUE_LOG_FORMAT")
@@ -91,15 +113,20 @@ def work(
     metrics_port: Annotated[
         int | None, typer.Option(help="Serve Prometheus metrics on this port (N processes: N ports from it).")
     ] = None,
-    metrics_host: Annotated[str, typer.Option(help="Address the metrics endpoint binds to.")] = "0.0.0.0",
-    retention_completed: Annotated[str, typer.Option(help="Keep completed jobs this long (36h, 14d, forever).")] = "1d",
-    retention_discarded: Annotated[str, typer.Option(help="Keep discarded jobs this long.")] = "14d",
-    retention_cancelled: Annotated[str, typer.Option(help="Keep cancelled jobs this long.")] = "7d",
+    metrics_host: Annotated[str | None, typer.Option(help="Address the metrics endpoint binds to.")] = None,
+    retention_completed: Annotated[
+        str | None, typer.Option(help="Keep completed jobs this long: a duration (36h, 14d, 1d12h) or forever.")
+    ] = None,
+    retention_discarded: Annotated[str | None, typer.Option(help="Keep discarded jobs this long (or forever).")] = None,
+    retention_cancelled: Annotated[str | None, typer.Option(help="Keep cancelled jobs this long (or forever).")] = None,
 ) -> None:
-    """Run workers for the tasks of MODULE:APP until SIGTERM/SIGINT."""
+    """Run workers for the tasks of MODULE:APP until SIGTERM/SIGINT.
+
+    Settings not given here come from the App's worker_config.
+    """
     import os
 
-    from ._retention import parse_duration
+    from ._duration import parse_retention
     from ._supervisor import run_processes, run_worker
     from .logging_setup import FORMATS, configure_logging
 
@@ -108,29 +135,36 @@ def work(
         raise fail(f"unknown log level {log_level!r}")
     if log_format not in FORMATS:
         raise fail(f"unknown log format {log_format!r}: use {', '.join(FORMATS)}")
+    given = {"completed": retention_completed, "discarded": retention_discarded, "cancelled": retention_cancelled}
+    retention = guard(
+        lambda: {s: None if v is None else parse_retention(v, option=f"--retention-{s}") for s, v in given.items()}
+    )
     configure_logging(level, log_format)
     if processes > 1:
         os.environ["PGQUEUE_LOG_FORMAT"] = log_format  # the worker processes (spawned) follow it
 
     def go() -> int:
-        config = WorkerConfig(
-            queues=tuple(q.strip() for q in queues.split(",") if q.strip()) if queues else None,
-            concurrency=concurrency,
-            lease=lease,
-            heartbeat_interval=heartbeat_interval,
-            poll_interval=poll_interval,
-            shutdown_timeout=shutdown_timeout,
-            listen=listen,
-            retention_completed=parse_duration(retention_completed),
-            retention_discarded=parse_duration(retention_discarded),
-            retention_cancelled=parse_duration(retention_cancelled),
-            metrics_port=metrics_port,
-            metrics_host=metrics_host,
-            metrics_port_span=processes,
-        )
+        # Only the options given replace the App's worker_config (None: not given).
+        given: dict[str, Any] = {
+            "queues": tuple(q.strip() for q in queues.split(",") if q.strip()) if queues else None,
+            "concurrency": concurrency,
+            "lease": lease,
+            "heartbeat_interval": heartbeat_interval,
+            "poll_interval": poll_interval,
+            "shutdown_timeout": shutdown_timeout,
+            "listen": listen,
+            "retention_completed": retention["completed"],
+            "retention_discarded": retention["discarded"],
+            "retention_cancelled": retention["cancelled"],
+            "metrics_port": metrics_port,
+            "metrics_host": metrics_host,
+            "metrics_port_span": processes if processes > 1 else None,
+        }
+        overrides = {name: value for name, value in given.items() if value is not None}
+        overrides["wait_for_database"] = True  # a service waits for its database
         if processes == 1:
-            return run_worker(target, dsn, schema, config)
-        return run_processes(target, dsn, schema, config, processes, level)
+            return run_worker(target, dsn, schema, overrides)
+        return run_processes(target, dsn, schema, overrides, processes, level, wait_for_database=True)
 
     raise typer.Exit(guard(go))
 
@@ -187,11 +221,12 @@ def demo(
     """A self-contained showcase: migrate, enqueue, run workers, show live progress."""
     from .demo import run_demo
 
-    guard(lambda: run_demo(resolve_dsn(dsn), schema, jobs, concurrency, console))
+    guard(lambda: run_demo(database(dsn).dsn, schema, jobs, concurrency, console))
 
 
 from . import cli_jobs, cli_status  # noqa: E402,F401  (registers `pgqueue jobs ...`, `status`, `top`)
 from .cli_cron import cron_app as _cron_app  # noqa: E402,F401  (registers `pgqueue cron ...`)
+from .cli_embedded import embedded_app as _embedded_app  # noqa: E402,F401  (registers `pgqueue embedded ...`)
 
 
 def main() -> None:

@@ -14,12 +14,15 @@ from zoneinfo import ZoneInfo
 
 import typer
 from rich import box
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from ._cli_common import STATE_STYLE, DsnOpt, SchemaOpt, app, connect, console, guard
 from ._cron_db import StatusRow, lock_name, status_rows
 from ._cron_time import CronExpr
+from ._dsn import announce, open_connection
+from ._render import fit_table
 from ._sql import queries_for, validate_schema
 from .cron import Schedule, schedules_of
 from .errors import ConfigError
@@ -166,11 +169,11 @@ def _table(items: list[CronEntry], now: datetime, schema: str) -> Table:
         run = Text("-", style="dim")
         if e.last_job_state is not None:
             run = Text.assemble((e.last_job_state, _STATE_STYLE.get(e.last_job_state, "")), f" #{e.last_job_id}")
-        table.add_row(
-            e.name,
-            e.task,
-            e.cron,
-            e.timezone,
+        table.add_row(  # rows may have been edited by hand: no markup from them
+            escape(e.name),
+            escape(e.task),
+            escape(e.cron),
+            escape(e.timezone),
             policy,
             _when(e.last_fired_tick, e.timezone, now),
             _when(e.next_tick, e.timezone, now),
@@ -195,11 +198,17 @@ def list_schedules(
     def go() -> tuple[list[CronEntry], datetime]:
         validate_schema(schema)
         declared = None
-        if target is not None:
+        if target is None:
+            conn = connect(dsn)
+        else:
             from ._loader import load_app
 
-            declared = schedules_of(load_app(target))
-        with connect(dsn) as conn:
+            loaded = load_app(target)
+            declared = schedules_of(loaded)
+            loaded.configure(dsn=dsn)  # --dsn, else the app's own database
+            announce(loaded.database)
+            conn = open_connection(loaded.database)
+        with conn:
             rows = status_rows(conn, schema)
             now_row = conn.execute(queries_for(schema)["db_now"]).fetchone()
         assert now_row is not None
@@ -213,4 +222,4 @@ def list_schedules(
     if not items:
         console.print(f"no cron schedules in schema [bold]{schema}[/] (declare them with @app.periodic)")
         return
-    console.print(_table(items, now, schema))
+    console.print(fit_table(_table(items, now, schema)))

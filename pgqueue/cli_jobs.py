@@ -16,6 +16,7 @@ from rich.text import Text
 
 from . import ops
 from ._cli_common import STATE_STYLE, DsnOpt, SchemaOpt, app, connect, console, fail, guard
+from ._render import fit_table
 from .models import JobState
 
 __all__ = ["STATE_STYLE", "ago", "jobs_app", "print_json", "seconds"]
@@ -113,7 +114,7 @@ def list_cmd(
             when,
             Text(_clip(j.last_error or "", 80), style="red"),
         )
-    console.print(table)
+    console.print(fit_table(table))
 
 
 @jobs_app.command("show")
@@ -139,6 +140,7 @@ def show_cmd(job_id: JobIdArg, as_json: JsonOpt = False, dsn: DsnOpt = None, sch
         ("attempts", f"{job.attempt} of {job.max_attempts if job.max_attempts is not None else '(task default)'}"),
         ("created", f"{job.created_at.isoformat()} ({ago(job.created_at, now)})"),
         ("run at", f"{job.run_at.isoformat()} ({ago(job.run_at, now)})"),
+        ("scheduled for", f"{job.scheduled_at.isoformat()} ({ago(job.scheduled_at, now)})"),
     ]
     if job.started_at:
         rows.append(("started", f"{job.started_at.isoformat()} ({ago(job.started_at, now)})"))
@@ -232,7 +234,9 @@ def cancel_cmd(job_id: JobIdArg, dsn: DsnOpt = None, schema: SchemaOpt = "pgqueu
 @jobs_app.command("purge")
 def purge_cmd(
     state: Annotated[str, typer.Option(help="completed, discarded or cancelled.")],
-    older_than: Annotated[str, typer.Option(help="Age like 7d, 12h, 30m (finished longer ago than this).")],
+    older_than: Annotated[
+        str, typer.Option(help="Finished longer ago than this: a duration like 30s, 90m, 12h, 7d, 1d12h, 2w.")
+    ],
     batch_size: Annotated[int, typer.Option(min=1, help="Rows per DELETE transaction in the boundary day.")] = 5000,
     as_json: JsonOpt = False,
     dsn: DsnOpt = None,
@@ -241,7 +245,7 @@ def purge_cmd(
     """Remove finished jobs: whole day partitions are dropped, the boundary day is deleted in batches."""
 
     def go() -> ops.PurgeResult:
-        age: timedelta = ops.parse_duration(older_than)
+        age: timedelta = ops.parse_duration(older_than, option="--older-than")
         with connect(dsn) as conn:
             return ops.purge_jobs(conn, schema, state=state, older_than=age, batch_size=batch_size)
 

@@ -19,6 +19,7 @@ from rich.text import Text
 
 from . import ops
 from ._cli_common import DsnOpt, SchemaOpt, app, connect, console, guard
+from ._render import fit_table
 from .cli_jobs import ago, print_json, seconds
 
 __all__ = ["Throughput", "render_status", "render_top", "sparkline"]
@@ -177,8 +178,8 @@ def retention_table(snap: ops.StatusSnapshot) -> Table:
 
 def render_status(snap: ops.StatusSnapshot, schema: str) -> Group:
     head = Text(f"pgqueue status · schema {schema} · {snap.at.isoformat(timespec='seconds')}", style="bold")
-    parts: list[RenderableType] = [head, queues_table(snap), workers_table(snap), failures_table(snap)]
-    parts += [health_table(snap), retention_table(snap)]
+    parts: list[RenderableType] = [head, fit_table(queues_table(snap)), fit_table(workers_table(snap))]
+    parts += [fit_table(failures_table(snap)), health_table(snap), fit_table(retention_table(snap))]
     return Group(*parts)
 
 
@@ -262,9 +263,9 @@ def render_top(snap: ops.StatusSnapshot, tp: Throughput, schema: str, interval: 
         head,
         summary,
         spark,
-        queues_table(snap, wide=False),
-        workers_table(snap, alive_only=True),
-        failures_table(snap, limit=5),
+        fit_table(queues_table(snap, wide=False)),
+        fit_table(workers_table(snap, alive_only=True)),
+        fit_table(failures_table(snap, limit=5)),
     )
 
 

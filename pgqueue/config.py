@@ -97,6 +97,10 @@ class WorkerConfig:
     #: Ports to try from ``metrics_port`` on: with ``--processes N`` each process takes the
     #: first free one of ``metrics_port .. metrics_port + N - 1``.
     metrics_port_span: int = 1
+    #: At start, wait for an unreachable database (retrying with backoff from 0.5 s up to
+    #: 30 s, one warning per attempt) instead of raising ``DatabaseUnavailableError``.
+    #: ``stop()`` ends the wait. ``pgqueue work`` turns it on, as a service manager expects.
+    wait_for_database: bool = False
 
     def __post_init__(self) -> None:
         if self.queues is not None:

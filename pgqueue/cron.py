@@ -165,11 +165,21 @@ def _schedule_for(app: App, task_name: str, name: str | None, options: dict[str,
     return Schedule(name=name or task_name, task=task_name, max_payload_bytes=app.max_payload_bytes, **options)
 
 
+def check_args(schedule: Schedule, task: Task[Any, Any]) -> None:
+    """Refuse a schedule whose ``args`` its task's handler would not accept."""
+    problem = task.args_checker.problem(schedule.args)
+    if problem is not None:
+        raise ConfigError(f"schedule {schedule.name!r}: args do not fit task {task.name!r}: {problem}")
+
+
 def register(app: App, schedule: Schedule) -> Schedule:
     if schedule.name in app.schedules:
         raise ConfigError(
             f"schedule {schedule.name!r} is already declared in this app; give each schedule of a task its own name="
         )
+    known = app.tasks.get(schedule.task)
+    if known is not None:  # a task of another service cannot be checked here
+        check_args(schedule, known)
     app.schedules[schedule.name] = schedule
     return schedule
 
@@ -202,7 +212,11 @@ def periodic(app: App, name: str | None, options: dict[str, Any]) -> Callable[[F
 
 
 def bind_pending(app: App, fn: Callable[..., Any], task: Task[Any, Any]) -> None:
-    """Called by ``@app.task``: register schedules parked on ``fn`` by a lower ``@app.periodic``."""
+    """Called by ``@app.task``: check the schedules already declared for it by name, and
+    register those parked on ``fn`` by a lower ``@app.periodic``."""
+    for schedule in app.schedules.values():
+        if schedule.task == task.name:
+            check_args(schedule, task)
     pending: list[tuple[str | None, dict[str, Any]]] = getattr(fn, _PENDING_ATTR, [])
     for name, options in pending:
         register(app, _schedule_for(app, task.name, name, dict(options)))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import shlex
 import time
 from typing import Any
 
@@ -21,13 +22,14 @@ from rich.table import Table
 from rich.text import Text
 
 from ._cli_common import STATE_STYLE
+from ._dsn import display_dsn, open_connection
 from .app import App
 from .errors import Retry
 from .migrate import migrate
 from .models import JobState
 from .retry import Backoff
 
-__all__ = ["build_demo_app", "run_demo"]
+__all__ = ["build_demo_app", "inspect_hint", "run_demo"]
 
 STATES = [s.value for s in JobState]
 
@@ -108,7 +110,7 @@ def _state_line(counts: dict[str, int]) -> Text:
 
 
 def run_demo(dsn: str, schema: str, jobs: int, concurrency: int, console: Console) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with open_connection(dsn) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
         migrate(conn, schema)
         console.print(f"[bold]pgqueue demo[/] on schema [cyan]{schema}[/]: migrated")
@@ -136,7 +138,13 @@ def run_demo(dsn: str, schema: str, jobs: int, concurrency: int, console: Consol
     summary.add_row("throughput", f"{finished / elapsed:,.0f} jobs/s")
     console.print()
     console.print(summary)
-    console.print(f"inspect: psql -c 'SELECT state, count(*) FROM {schema}.jobs GROUP BY 1'")
+    console.print(f"inspect: {inspect_hint(dsn, schema)}", markup=False, highlight=False)
+
+
+def inspect_hint(dsn: str, schema: str) -> str:
+    """A ``psql`` command that reads the demo's counts from its database (psql asks for a password)."""
+    query = f"SELECT state, count(*) FROM {schema}.jobs GROUP BY 1"
+    return shlex.join(["psql", display_dsn(dsn, password=False), "-c", query])
 
 
 async def _work(

@@ -4,7 +4,7 @@
 
     PgQueueError
     ├── ConfigError                 invalid setting, name or task declaration
-    ├── DatabaseUnavailableError    the database cannot be reached
+    ├── DatabaseUnavailableError    the server refused us, is unreachable, or did not answer
     ├── SchemaNotInstalledError     `pgqueue migrate` has not been run (or is behind)
     ├── MigrationError
     ├── EnqueueError                a job was refused before it reached the table
@@ -22,6 +22,9 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Literal, Self
+
+import psycopg
 
 __all__ = [
     "Cancel",
@@ -52,14 +55,74 @@ class ConfigError(PgQueueError, ValueError):
     """Invalid configuration."""
 
 
+Reason = Literal["refused", "unreachable", "timeout", "failed"]
+
+
 class DatabaseUnavailableError(PgQueueError):
     """The database could not be reached."""
 
+    #: Why: ``"refused"`` the server answered and said no (no such database, role or
+    #: password); ``"unreachable"`` nothing answers there (connection refused, no such
+    #: socket or host); ``"timeout"`` something accepted but did not answer in time;
+    #: ``"failed"`` anything else (a connection lost mid-way, a TLS failure, ...).
+    reason: Reason
+
+    def __init__(self, message: str | None = None, *, reason: Reason = "failed") -> None:
+        super().__init__(message)
+        self.reason = reason
+
     @classmethod
-    def from_exc(cls, exc: BaseException) -> DatabaseUnavailableError:
+    def from_exc(cls, exc: BaseException, where: str | None = None, timeout: float | None = None) -> Self:
+        """The one place that turns a failed connection into a message naming the cause.
+
+        ``where`` names the server (``host:port`` or the socket); ``timeout`` is the
+        connect timeout in seconds that expired, when that is what happened.
+        """
         text = str(exc).strip()
-        first = text.splitlines()[0] if text else type(exc).__name__
-        return cls(f"cannot reach the database: {first}")
+        lines = [line.strip() for line in text.splitlines() if line.strip()] or [type(exc).__name__]
+        at = f" at {where}" if where else ""
+        if isinstance(exc, psycopg.errors.ConnectionTimeout) or "timeout expired" in lines[0]:
+            within = f" within {timeout:g}s" if timeout is not None else " in time"
+            return cls(
+                f"the database server{at} did not answer{within} (connect_timeout): is it overloaded, "
+                "or is something other than PostgreSQL listening there?",
+                reason="timeout",
+            )
+        said = _server_said(text)
+        if said is not None:
+            return cls(f"the database server{at} refused the connection: {said}", reason="refused")
+        detail = lines[0].rsplit(" failed: ", 1)[-1]
+        if any(marker in detail.lower() for marker in _UNREACHABLE):
+            advice = f" ({_lower_first(lines[1])})" if len(lines) > 1 else ""
+            return cls(f"cannot reach the database server{at}: {_lower_first(detail)}{advice}", reason="unreachable")
+        return cls(f"the connection to the database server{at} failed: {_lower_first(detail)}", reason="failed")
+
+
+# What libpq and psycopg say when nothing answers at the address.
+_UNREACHABLE = (
+    "connection refused",
+    "no such file or directory",  # no socket in that directory: no server there
+    "failed to resolve host",
+    "could not translate host name",
+    "name or service not known",
+    "network is unreachable",
+    "no route to host",
+)
+
+
+def _server_said(text: str) -> str | None:
+    """What the server answered, when it refused the connection (``FATAL: ...``)."""
+    for line in text.splitlines():
+        _, fatal, message = line.partition("FATAL:")
+        if fatal:
+            return message.strip()
+        if "fe_sendauth: no password supplied" in line:
+            return "it asks for a password and none was given (add it to the DSN, PGPASSWORD or ~/.pgpass)"
+    return None
+
+
+def _lower_first(text: str) -> str:
+    return text[:1].lower() + text[1:]
 
 
 class SchemaNotInstalledError(PgQueueError):

@@ -8,6 +8,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from ._dsn import migrate_hint
 from ._partitions import ensure_partitions
 from ._sql import load_migrations, validate_schema
 from .errors import MigrationError, SchemaNotInstalledError
@@ -132,8 +133,8 @@ def require_current(conn: psycopg.Connection[Any], schema: str) -> None:
     version = current_version(conn, schema)
     latest = latest_version()
     if version is None:
-        raise SchemaNotInstalledError(f"schema {schema!r} has no pgqueue tables: run `pgqueue migrate`")
+        raise SchemaNotInstalledError(f"schema {schema!r} has no pgqueue tables: {migrate_hint(conn, schema)}")
     if version < latest:
         raise SchemaNotInstalledError(
-            f"schema {schema!r} is at version {version}, this pgqueue needs {latest}: run `pgqueue migrate`"
+            f"schema {schema!r} is at version {version}, this pgqueue needs {latest}: {migrate_hint(conn, schema)}"
         )

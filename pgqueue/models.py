@@ -6,8 +6,8 @@ import contextvars
 import enum
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
 
 from .errors import Cancel
 
@@ -28,10 +28,18 @@ class JobState(enum.StrEnum):
 
 FINAL_STATES = frozenset({JobState.COMPLETED, JobState.DISCARDED, JobState.CANCELLED})
 
+#: Default of ``Job.scheduled_at`` for code that builds a Job without it: replaced by run_at.
+_SAME_AS_RUN_AT: Final = datetime.min.replace(tzinfo=UTC)
+
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """A claimed job, as a handler's context sees it."""
+    """A claimed job, as a handler's context sees it.
+
+    ``run_at`` is when this attempt was due: a retry moves it. ``scheduled_at`` is the
+    time the job was scheduled for when it was enqueued (a cron job: its tick), the same
+    on every attempt.
+    """
 
     id: int
     queue: str
@@ -44,6 +52,11 @@ class Job:
     run_at: datetime
     created_at: datetime
     pickup_delay: timedelta
+    scheduled_at: datetime = _SAME_AS_RUN_AT
+
+    def __post_init__(self) -> None:
+        if self.scheduled_at is _SAME_AS_RUN_AT:
+            object.__setattr__(self, "scheduled_at", self.run_at)
 
 
 @dataclass(slots=True)

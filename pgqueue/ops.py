@@ -22,6 +22,7 @@ import psycopg.errors
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from ._duration import parse_duration
 from ._partitions import lock_name as partition_lock_name
 from ._sql import validate_schema
 from ._status import FailureGroup, Health, QueueStats, StatusSnapshot, WorkerInfo, status, translate_errors
@@ -99,6 +100,9 @@ class JobSummary:
     worker_id: str | None
     error_count: int
     last_error: str | None  #: "Type: message" of the latest failed attempt
+    #: The time the job was scheduled for at enqueue (a cron job: its tick); unlike
+    #: ``run_at`` no retry moves it. A job finished before schema version 6 shows its run_at.
+    scheduled_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,18 +131,6 @@ class PurgeResult:
 
 
 # -- helpers ------------------------------------------------------------------------------
-
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def parse_duration(text: str) -> timedelta:
-    """``"7d"``, ``"12h"``, ``"90m"``, ``"1d12h"``, ``"30s"``, ``"2w"`` → timedelta."""
-    compact = text.strip().lower().replace(" ", "")
-    parts = _DURATION_PART.findall(compact)
-    if not compact or "".join(n + u for n, u in parts) != compact:
-        raise ConfigError(f"invalid duration {text!r}: use a number and a unit s, m, h, d or w, like 7d or 12h")
-    return timedelta(seconds=sum(float(n) * _UNIT_SECONDS[u] for n, u in parts))
 
 
 def _state(value: str | JobState) -> JobState:
@@ -172,7 +164,7 @@ _JOB_COLUMNS = sql.SQL(
     " started_at, finished_at, unique_key, worker_id, jsonb_array_length(errors) AS error_count,"
     " CASE WHEN jsonb_array_length(errors) > 0 THEN"
     " coalesce(errors -> -1 ->> 'type', 'Error') || ': ' || coalesce(errors -> -1 ->> 'message', '')"
-    " END AS last_error"
+    " END AS last_error, coalesce(scheduled_at, run_at) AS scheduled_at"
 )
 
 
@@ -220,7 +212,7 @@ def list_jobs(
         s=s,
         where=sql.SQL("WHERE ") + sql.SQL(" AND ").join(where) if where else sql.SQL(""),
     )
-    with translate_errors(schema), conn.cursor(row_factory=dict_row) as cur:
+    with translate_errors(conn, schema), conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(query, params).fetchall()
     return [JobSummary(**_summary_kwargs(r)) for r in rows]
 
@@ -235,7 +227,7 @@ def get_job(conn: Conn, schema: str, job_id: int) -> JobDetail:
     query = sql.SQL(
         "SELECT {cols}, args, errors, lease_expires_at, cancel_requested_at FROM {s}.jobs WHERE id = %(id)s"
     ).format(cols=_JOB_COLUMNS, s=s)
-    with translate_errors(schema), conn.cursor(row_factory=dict_row) as cur:
+    with translate_errors(conn, schema), conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(query, {"id": job_id}).fetchone()
     if row is None:
         raise JobNotFoundError(f"no job with id {job_id}")
@@ -265,7 +257,7 @@ def cancel_job(conn: Conn, schema: str, job_id: int) -> JobState:
         JobNotFoundError: no job has this id.
     """
     s = sql.Identifier(validate_schema(schema))
-    with translate_errors(schema):
+    with translate_errors(conn, schema):
         row = conn.execute(sql.SQL("SELECT {}.cancel_job(%s)::text").format(s), [job_id]).fetchone()
     if row is None or row[0] is None:
         raise JobNotFoundError(f"no job with id {job_id}")
@@ -281,7 +273,7 @@ def retry_job(conn: Conn, schema: str, job_id: int) -> bool:
         JobNotFoundError: no job has this id.
     """
     s = sql.Identifier(validate_schema(schema))
-    with translate_errors(schema):
+    with translate_errors(conn, schema):
         row = conn.execute(sql.SQL("SELECT {}.retry_job(%s)").format(s), [job_id]).fetchone()
         if row is not None and row[0]:
             return True
@@ -323,7 +315,7 @@ def retry_jobs(
         " (SELECT count(*) FROM candidates), (SELECT max(id) FROM candidates)"
     ).format(s=s, part=sql.Identifier(f"jobs_{st.value}"))
     retried, seen, after = 0, 0, 0
-    with translate_errors(schema):
+    with translate_errors(conn, schema):
         while True:
             with conn.transaction():
                 row = conn.execute(query, {"after": after, "task": task, "batch": batch_size}).fetchone()
@@ -369,7 +361,7 @@ def purge_jobs(
         raise ConfigError("batch_size must be at least 1")
     s = sql.Identifier(validate_schema(schema))
     parent = f"jobs_{st.value}"
-    with translate_errors(schema):
+    with translate_errors(conn, schema):
         row = conn.execute("SELECT now() - %s::interval, (now() AT TIME ZONE 'UTC')::date", [older_than]).fetchone()
         assert row is not None
         cutoff: datetime = row[0]

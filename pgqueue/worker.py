@@ -47,6 +47,8 @@ import psycopg_pool
 from ._claim_cursor import ClaimCursors
 from ._completer import Completer
 from ._cron_loop import CronScheduler, scheduler_for
+from ._db_wait import wait_for_database
+from ._dsn import open_connection, unavailable
 from ._executor import Attempt, Executor
 from ._jobs_db import JobsDB, Outcome
 from ._listener import Listener, application_name, brief, within
@@ -117,6 +119,11 @@ class Worker:
         self._side_tasks: list[asyncio.Task[None]] = []
         self._sync_pool: psycopg_pool.ConnectionPool | None = None
         self._sync_pool_lock = threading.Lock()
+        self._executor: Executor | None = None
+        # Held while a heartbeat refreshes the registration, so that the final
+        # deregistration cannot be overtaken by a heartbeat (a stopped worker shown alive).
+        self._beat_lock = asyncio.Lock()
+        self._beats_over = False
 
     # -- control ----------------------------------------------------------------------
 
@@ -145,6 +152,11 @@ class Worker:
     def in_flight(self) -> int:
         return len(self._active)
 
+    @property
+    def sync_handlers_running(self) -> int:
+        """Sync handlers still running in their threads (after a stop: the stuck ones)."""
+        return 0 if self._executor is None else self._executor.sync_running
+
     # -- main -------------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -152,7 +164,11 @@ class Worker:
         self._loop = asyncio.get_running_loop()
         cfg = self.config
         dsn = self.app.dsn
-        await asyncio.to_thread(self._check_database, dsn)
+        if not cfg.wait_for_database:
+            await asyncio.to_thread(self._check_database, dsn)
+        elif not await wait_for_database(lambda: self._reach_database(dsn), dsn, self._stopping, log):
+            log.info("worker %s stopped before it started", self.worker_id)
+            return
         transactional_async = any(t.transactional and t.is_async for t in self.app.tasks.values())
         pool = psycopg_pool.AsyncConnectionPool(
             dsn,
@@ -207,11 +223,13 @@ class Worker:
                 )
                 self._spawn(self.listener.run(), "listener")
             log.info(
-                "worker %s started: queues=%s concurrency=%d tasks=%d",
+                "worker %s started: queues=%s concurrency=%d tasks=%d database=%s schema=%s",
                 self.worker_id,
                 ",".join(self.queues),
                 cfg.concurrency,
                 len(self.app.tasks),
+                self.app.database.display,
+                self.app.schema,
             )
             await self._start_observability()
             self.started.set()
@@ -236,12 +254,21 @@ class Worker:
             await self._registry.beat(conn, {}, self.config.lease, in_flight=0, listener_connected=False)
         self.metrics = await serve_metrics(self)
 
+    async def _reach_database(self, dsn: str) -> None:
+        # An async connect first: unlike the check in a thread, stop() can cut it short.
+        try:
+            aconn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, connect_timeout=10)
+        except psycopg.OperationalError as exc:
+            raise unavailable(exc, dsn) from exc
+        await aconn.close()
+        await asyncio.to_thread(self._check_database, dsn)
+
     def _check_database(self, dsn: str) -> None:
         try:
-            with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+            with open_connection(dsn) as conn:
                 require_current(conn, self.app.schema)
                 ensure_partitions(conn, self.app.schema, days_ahead=self.config.partition_days_ahead)
-        except psycopg.OperationalError as exc:
+        except psycopg.OperationalError as exc:  # lost after connecting
             raise DatabaseUnavailableError.from_exc(exc) from exc
 
     def _spawn(self, coro: Any, name: str) -> None:
@@ -379,6 +406,7 @@ class Worker:
         flag = self._cancels.open(job.id, interruptible=task.is_async)
         CANCEL_FLAG.set(flag)
         try:
+            assert self._executor is not None  # set by run() before any job starts
             attempt = await self._executor.run(task, job)
         except BaseException as exc:
             if not self._cancels.absorbs(job.id, exc):
@@ -477,34 +505,40 @@ class Worker:
         cfg = self.config
         while True:
             await asyncio.sleep(cfg.heartbeat_interval)
-            held = dict(self._held)
-            # Also the registry's heartbeat: one statement per interval when idle.
-            listening = self.listener is not None and self.listener.connected.is_set()
-            try:
-                async with self._pool.connection() as conn:
-                    still = await within(
-                        cfg.lease,
-                        self._registry.beat(
-                            conn, held, cfg.lease, in_flight=len(self._active), listener_connected=listening
-                        ),
-                        "heartbeat",
-                    )
-            except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
-                log.warning("heartbeat failed for %d leases (%s)", len(held), brief(exc))
-                continue
-            for job_id in self._cancels.request(still):
-                log.info("job %d: cancel requested by an operator; cancelling its handler", job_id)
-                active = self._active.get(job_id)
-                if active is not None:
-                    active.cancel()
-            for job_id in held.keys() - still:
-                if self._held.get(job_id) != held[job_id]:
-                    continue  # its outcome was written meanwhile: not lost
-                del self._held[job_id]
-                log.warning("job %d: lease lost (rescued by another process); cancelling its handler", job_id)
-                active = self._active.get(job_id)
-                if active is not None:
-                    active.cancel()
+            async with self._beat_lock:
+                if self._beats_over:
+                    return
+                await self._heartbeat(cfg)
+
+    async def _heartbeat(self, cfg: WorkerConfig) -> None:
+        held = dict(self._held)
+        # Also the registry's heartbeat: one statement per interval when idle.
+        listening = self.listener is not None and self.listener.connected.is_set()
+        try:
+            async with self._pool.connection() as conn:
+                still = await within(
+                    cfg.lease,
+                    self._registry.beat(
+                        conn, held, cfg.lease, in_flight=len(self._active), listener_connected=listening
+                    ),
+                    "heartbeat",
+                )
+        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+            log.warning("heartbeat failed for %d leases (%s)", len(held), brief(exc))
+            return
+        for job_id in self._cancels.request(still):
+            log.info("job %d: cancel requested by an operator; cancelling its handler", job_id)
+            active = self._active.get(job_id)
+            if active is not None:
+                active.cancel()
+        for job_id in held.keys() - still:
+            if self._held.get(job_id) != held[job_id]:
+                continue  # its outcome was written meanwhile: not lost
+            del self._held[job_id]
+            log.warning("job %d: lease lost (rescued by another process); cancelling its handler", job_id)
+            active = self._active.get(job_id)
+            if active is not None:
+                active.cancel()
 
     # -- shutdown ---------------------------------------------------------------------
 
@@ -538,6 +572,8 @@ class Worker:
                 "could not write %d job outcomes before exiting; the rescuer will retry them",
                 len(self._completer),
             )
+        async with self._beat_lock:
+            self._beats_over = True
         try:
             await self._registry.deregister(self._pool)
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:

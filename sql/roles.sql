@@ -169,7 +169,7 @@ GRANT USAGE ON SCHEMA {schema} TO {producer}, {worker}, {inspector};
 
 -- producer
 GRANT EXECUTE ON FUNCTION {schema}.enqueue(text, jsonb, text, integer, timestamptz, text, integer) TO {producer};
-GRANT INSERT (task, args, queue, priority, run_at, max_attempts, state) ON {schema}.jobs_live TO {producer};
+GRANT INSERT (task, args, queue, priority, run_at, scheduled_at, max_attempts, state) ON {schema}.jobs_live TO {producer};
 GRANT SELECT (id, state, queue) ON {schema}.jobs_live TO {producer};
 GRANT USAGE ON SEQUENCE {schema}.jobs_id_seq TO {producer};
 

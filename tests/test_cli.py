@@ -172,11 +172,6 @@ def test_unreachable_database(command: list[str]) -> None:
 # -- work -------------------------------------------------------------------------------
 
 
-def test_work_unreachable_database() -> None:
-    result = run_cli("work", "tests.apps.basic:app", "--dsn", UNREACHABLE)
-    assert_one_clear_error(result.returncode, result.stderr, "cannot reach the database")
-
-
 def test_work_on_unmigrated_database(empty_dsn: str) -> None:
     result = run_cli("work", "tests.apps.basic:app", "--dsn", empty_dsn)
     assert_one_clear_error(result.returncode, result.stderr, "pgqueue migrate")

@@ -18,6 +18,7 @@ from typer.testing import CliRunner, Result
 
 import pgqueue
 from pgqueue import ops
+from pgqueue._dsn import display_dsn
 from pgqueue.cli import app as cli_app
 from pgqueue.cli_status import Throughput, sparkline
 from tests.apps.support import REPO
@@ -81,7 +82,7 @@ async def test_status_json(app: pgqueue.App, dsn: str, conn: psycopg.Connection[
 
 def test_status_on_unmigrated_database(empty_dsn: str) -> None:
     result = cli("status", "--dsn", empty_dsn)
-    assert_one_clear_error(result.exit_code, result.stderr, "run `pgqueue migrate`")
+    assert_one_clear_error(result.exit_code, result.stderr, f"run `pgqueue migrate --dsn {display_dsn(empty_dsn)}`")
 
 
 # -- top ----------------------------------------------------------------------------------
@@ -118,7 +119,7 @@ def test_top_refreshes_n_times_with_one_snapshot_each(
 
 def test_top_on_unmigrated_database(empty_dsn: str) -> None:
     result = cli("top", "--dsn", empty_dsn, "--once")
-    assert_one_clear_error(result.exit_code, result.stderr, "run `pgqueue migrate`")
+    assert_one_clear_error(result.exit_code, result.stderr, f"run `pgqueue migrate --dsn {display_dsn(empty_dsn)}`")
 
 
 def test_top_exits_cleanly_on_ctrl_c(dsn: str, conn: psycopg.Connection[Any]) -> None:

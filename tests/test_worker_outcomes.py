@@ -266,7 +266,7 @@ async def test_bad_arguments_fail_the_attempt(app: pgqueue.App, conn: psycopg.Co
         await async_wait_until(lambda: is_final(conn, job_id))
     job = job_row(conn, job_id)
     assert job["state"] == "discarded"
-    assert job["errors"][0]["type"] == "builtins.TypeError"
+    assert job["errors"][0]["type"] == "pgqueue.errors.InvalidArgumentsError"  # see test_task_args.py
 
 
 # -- handlers that raise BaseException ------------------------------------------------------

@@ -46,9 +46,9 @@ FOR UPDATE
 -- name: cron_fire
 -- In one statement: record each due tick in cron_ticks (its primary key (schedule, tick)
 -- refuses a tick fired before, whatever became of that tick's job), insert one available
--- job per newly recorded tick (run_at = the tick, unique_key 'cron:<schedule>:<tick>'),
--- advance the cursors, wake the queues' workers, and prune tick history older than
--- %(keep_days)s days (always keeping each schedule's latest tick).
+-- job per newly recorded tick (run_at = scheduled_at = the tick, unique_key
+-- 'cron:<schedule>:<tick>'), advance the cursors, wake the queues' workers, and prune tick
+-- history older than %(keep_days)s days (always keeping each schedule's latest tick).
 WITH t AS (
     SELECT *
     FROM unnest(%(names)s::text[], %(ticks)s::timestamptz[], %(tasks)s::text[], %(queues)s::text[],
@@ -61,8 +61,8 @@ WITH t AS (
     ON CONFLICT (schedule, tick) DO NOTHING
     RETURNING schedule, tick, job_id
 ), jobs AS (
-    INSERT INTO {schema}.jobs_live (id, task, args, queue, priority, run_at, unique_key, state)
-    SELECT f.job_id, t.task, t.args, t.queue, t.priority, f.tick, t.unique_key, 'available'
+    INSERT INTO {schema}.jobs_live (id, task, args, queue, priority, run_at, scheduled_at, unique_key, state)
+    SELECT f.job_id, t.task, t.args, t.queue, t.priority, f.tick, f.tick, t.unique_key, 'available'
     FROM fired AS f
     JOIN t ON t.schedule = f.schedule AND t.tick = f.tick
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING

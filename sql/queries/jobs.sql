@@ -13,11 +13,12 @@ SELECT {schema}.enqueue(
 -- One job without a unique_key: a plain INSERT into the live partition plus its wake-up,
 -- in one statement (no PL/pgSQL on the common path). Same rules as enqueue(): due now ->
 -- 'available' and NOTIFY with the queue name; run_at in the future -> 'scheduled'.
+-- scheduled_at = run_at: the time asked for, which retries leave alone.
 WITH job AS (
     SELECT coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)) AS run_at
 ), ins AS (
-    INSERT INTO {schema}.jobs_live (task, args, queue, priority, run_at, max_attempts, state)
-    SELECT %(task)s, %(args)s::jsonb, %(queue)s, %(priority)s, job.run_at, %(max_attempts)s,
+    INSERT INTO {schema}.jobs_live (task, args, queue, priority, run_at, scheduled_at, max_attempts, state)
+    SELECT %(task)s, %(args)s::jsonb, %(queue)s, %(priority)s, job.run_at, job.run_at, %(max_attempts)s,
            CASE WHEN job.run_at <= now() THEN 'available' ELSE 'scheduled' END::{schema}.job_state
     FROM job
     RETURNING id, state, queue
@@ -25,8 +26,9 @@ WITH job AS (
 SELECT id, CASE WHEN state = 'available' THEN pg_notify({channel}, queue) END FROM ins
 
 -- name: job_copy
--- COPY target for enqueue_many: rows go straight into the live partition.
-COPY {schema}.jobs_live (task, args, queue, priority, run_at, state, max_attempts)
+-- COPY target for enqueue_many: rows go straight into the live partition
+-- (scheduled_at = run_at, as in job_insert).
+COPY {schema}.jobs_live (task, args, queue, priority, run_at, scheduled_at, state, max_attempts)
 FROM STDIN
 
 -- name: db_now
@@ -42,7 +44,7 @@ SELECT pg_notify({channel}, q) FROM unnest(%(queues)s::text[]) AS q
 -- run_at, id, i.e. ((-priority), run_at, id) ascending), taking a fresh lease on each,
 -- starting after the cursor %(after)s (the key of the last job a previous claim took; a
 -- cursor below every key scans from the head). A NULL max_attempts becomes the task's own
--- setting.
+-- setting. scheduled_at NULL (a row inserted without it) reads as run_at.
 WITH picked AS (
     SELECT id
     FROM {schema}.jobs_live
@@ -67,7 +69,8 @@ SET state = 'running',
 FROM picked
 WHERE j.id = picked.id
 RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempt, j.max_attempts,
-          j.lease_token, j.run_at, j.created_at, now() - j.run_at AS pickup_delay
+          j.lease_token, j.run_at, j.created_at, now() - j.run_at AS pickup_delay,
+          coalesce(j.scheduled_at, j.run_at) AS scheduled_at
 
 -- name: job_claim_many_queues
 -- Same as job_claim_one_queue over several queues, each with its own cursor: one ordered
@@ -102,13 +105,16 @@ SET state = 'running',
 FROM picked
 WHERE j.id = picked.id
 RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempt, j.max_attempts,
-          j.lease_token, j.run_at, j.created_at, now() - j.run_at AS pickup_delay
+          j.lease_token, j.run_at, j.created_at, now() - j.run_at AS pickup_delay,
+          coalesce(j.scheduled_at, j.run_at) AS scheduled_at
 
 -- name: job_record_outcomes
 -- Persist a batch of attempt outcomes, fenced by lease token: rows whose lease was lost
 -- (rescued, released, cancelled) are left alone and their ids are not returned.
 -- retryable: stays live with a new run_at; completed/discarded/cancelled: moves to the
 -- finished partitions. An error object, if any, is appended to errors with the time.
+-- scheduled_at keeps the time the job was first scheduled for (pinned from the old run_at
+-- where it was never set).
 -- Rows are found through the primary key and locked in id order, the same order every
 -- multi-row writer here uses, so concurrent heartbeats and completions cannot deadlock.
 -- The batch comes as one JSON array (one parameter that the client serialises in C,
@@ -127,6 +133,7 @@ WITH outcome AS (
     UPDATE {schema}.jobs_live AS j
     SET state = l.state,
         run_at = now() + make_interval(secs => l.delay),
+        scheduled_at = coalesce(j.scheduled_at, j.run_at),
         lease_token = NULL,
         lease_expires_at = NULL,
         errors = CASE WHEN l.error IS NULL THEN j.errors
@@ -139,14 +146,14 @@ WITH outcome AS (
     USING locked AS l
     WHERE j.id = l.id AND l.state IN ('completed', 'discarded', 'cancelled')
     RETURNING j.id, j.queue, j.task, j.args, l.state AS new_state, j.priority, j.run_at,
-              j.attempt, j.max_attempts, j.unique_key, j.created_at, j.started_at, j.worker_id,
+              coalesce(j.scheduled_at, j.run_at) AS scheduled_at, j.attempt, j.max_attempts, j.unique_key, j.created_at, j.started_at, j.worker_id,
               CASE WHEN l.error IS NULL THEN j.errors
                    ELSE j.errors || jsonb_build_array(l.error || jsonb_build_object('at', now())) END AS errors
 ), moved AS (
     INSERT INTO {schema}.jobs
-        (id, queue, task, args, state, priority, run_at, attempt, max_attempts, unique_key,
+        (id, queue, task, args, state, priority, run_at, scheduled_at, attempt, max_attempts, unique_key,
          created_at, started_at, finished_at, worker_id, errors)
-    SELECT id, queue, task, args, new_state, priority, run_at, attempt, max_attempts, unique_key,
+    SELECT id, queue, task, args, new_state, priority, run_at, scheduled_at, attempt, max_attempts, unique_key,
            created_at, started_at, now(), worker_id, errors
     FROM finished
     RETURNING id

@@ -8,6 +8,8 @@
 --   scheduler: scheduled/retryable jobs that are due become available (and wake workers);
 --   rescuer:   running jobs whose lease expired become retryable with backoff, or
 --              discarded when out of attempts; each gets an error entry saying why.
+--              scheduled_at keeps the time first scheduled for (pinned from the old
+--              run_at where it was never set).
 -- Only timers at or after %(since)s are scanned (NULL: all): the caller passes a watermark
 -- a little before its previous complete tick, so that timer entries left behind by
 -- finished jobs (dead, and not removable while an old snapshot is held) are not walked
@@ -47,6 +49,7 @@ WITH leader AS (
     SET state = 'retryable',
         run_at = now() + make_interval(secs => random() * least(
             %(backoff_cap)s::float8, %(backoff_base)s::float8 * power(2.0, j.attempt - 1))),
+        scheduled_at = coalesce(j.scheduled_at, j.run_at),
         lease_token = NULL,
         lease_expires_at = NULL,
         errors = j.errors || jsonb_build_array(jsonb_build_object(
@@ -63,10 +66,10 @@ WITH leader AS (
     RETURNING j.*
 ), discarded AS (
     INSERT INTO {schema}.jobs
-        (id, queue, task, args, state, priority, run_at, attempt, max_attempts, unique_key,
+        (id, queue, task, args, state, priority, run_at, scheduled_at, attempt, max_attempts, unique_key,
          created_at, started_at, finished_at, worker_id, errors)
-    SELECT id, queue, task, args, 'discarded', priority, run_at, attempt, max_attempts,
-           unique_key, created_at, started_at, now(), worker_id,
+    SELECT id, queue, task, args, 'discarded', priority, run_at, coalesce(scheduled_at, run_at), attempt,
+           max_attempts, unique_key, created_at, started_at, now(), worker_id,
            errors || jsonb_build_array(jsonb_build_object(
                'attempt', attempt, 'type', 'LeaseExpired',
                'message', 'lease expired on the last attempt: the worker crashed, hung or lost its connection',
