@@ -9,6 +9,7 @@ import socketserver
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+
 import pytest
 
 from tests.chaos.proxy import Proxy, unix_socket_path
