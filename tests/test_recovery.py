@@ -331,17 +331,19 @@ def test_processes_2_share_the_work_and_stop_on_sigterm(
 
 def test_second_sigterm_exits_at_once(dsn: str, conn: psycopg.Connection[Any], tmp_path: Path) -> None:
     create_test_tables(conn)
-    job_id = enqueue_sql(conn, "slow", '{"key": "t3", "seconds": 8.0}')
+    # The job and the shutdown timeout are far longer than any wait below, so that "at
+    # once" holds on a loaded machine: exit code 130 long before the job could end.
+    job_id = enqueue_sql(conn, "slow", '{"key": "t3", "seconds": 120.0}')
     with worker_process(
-        dsn, "tests.apps.basic:app", "--shutdown-timeout", "30", "--lease", "5", "--heartbeat-interval", "1",
+        dsn, "tests.apps.basic:app", "--shutdown-timeout", "300", "--lease", "5", "--heartbeat-interval", "1",
         log=tmp_path / "w.log",
     ) as w:  # fmt: skip
         wait_until(lambda: ledger(conn, "t3", "start"), timeout=15)
         w.signal(signal.SIGTERM)
-        wait_until(lambda: "shutting down gracefully" in w.output(), timeout=5)
-        assert w.alive()  # still waiting for the 8s job
+        wait_until(lambda: "shutting down gracefully" in w.output(), timeout=30)
+        assert w.alive()  # still waiting for the 120s job
         w.signal(signal.SIGTERM)
-        assert w.wait(3) == 130, w.output()
+        assert w.wait(30) == 130, w.output()
     # Exited without finishing or releasing: the lease (5s) will let the rescuer retry it.
     assert job_row(conn, job_id)["state"] == "running"
     assert ledger(conn, "t3", "done") == []
