@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import contextlib
+import signal
+import threading
 import time
 from collections import deque
 from datetime import date, datetime, timedelta
@@ -298,5 +300,13 @@ def top(
                         return
                     time.sleep(interval)
 
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how one leaves top: exit code 0
-        guard(go)
+    # Ctrl-C is how one leaves top (exit code 0), even when started with SIGINT ignored (a
+    # shell's background job, some launchers): Python then installs no handler of its own.
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler) if main else None
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            guard(go)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)

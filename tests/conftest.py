@@ -9,9 +9,13 @@ once per session, and clones it for every test.
 from __future__ import annotations
 
 import asyncio
+import io
 import os
+import sys
 import tempfile
+import threading
 import time
+import traceback
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -143,7 +147,10 @@ async def async_wait_until(predicate: Callable[[], Any], timeout: float = 20.0, 
 
 @asynccontextmanager
 async def running_worker(app: pgqueue.App, **config: Any) -> AsyncIterator[pgqueue.Worker]:
-    """Run a worker on the current loop for the block's duration, then stop it cleanly."""
+    """Run a worker on the current loop for the block's duration, then stop it cleanly
+    (failing with every task's and thread's stack if it is not done ``stop_timeout``
+    seconds, default 60, after stop())."""
+    stop_timeout = float(config.pop("stop_timeout", 60))
     config.setdefault("poll_interval", 0.2)
     config.setdefault("maintenance_interval", 0.2)
     worker = app.worker(**config)
@@ -158,7 +165,25 @@ async def running_worker(app: pgqueue.App, **config: Any) -> AsyncIterator[pgque
         yield worker
     finally:
         worker.stop()
-        await asyncio.wait_for(task, timeout=60)
+        done, _ = await asyncio.wait({task}, timeout=stop_timeout)
+        if not done:
+            # Say where it hangs before giving up on it: every task's and thread's stack.
+            stacks = task_and_thread_stacks()
+            task.cancel()
+            await asyncio.wait({task}, timeout=10)
+            raise AssertionError(f"worker did not stop within {stop_timeout}s of stop(); stacks:\n{stacks}")
+        task.result()
+
+
+def task_and_thread_stacks() -> str:
+    """The stack of every asyncio task of the running loop and of every thread."""
+    out = io.StringIO()
+    for t in asyncio.all_tasks():
+        t.print_stack(file=out)
+    names = {th.ident: th.name for th in threading.enumerate()}
+    for ident, frame in sys._current_frames().items():
+        out.write(f"Thread {names.get(ident, ident)}:\n{''.join(traceback.format_stack(frame))}")
+    return out.getvalue()
 
 
 def job_states(conn: psycopg.Connection[Any]) -> dict[str, int]:

@@ -44,19 +44,20 @@ def assert_one_clear_error(result_code: int, stderr: str, *needles: str) -> None
 def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     """``python -m pgqueue ARGS`` from the repository root, killed after ``timeout``."""
     env_cmd = [sys.executable, "-m", "pgqueue", *args]
-    proc = subprocess.Popen(
+    # As a context manager: the pipes are closed and the process reaped on every path (a
+    # leaked Popen warns later, in whichever test the garbage collector runs).
+    with subprocess.Popen(
         env_cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the process and any worker children it forked
-        out, err = proc.communicate()
-        raise AssertionError(f"`pgqueue {' '.join(args)}` still running after {timeout}s:\n{err[-2000:]}") from None
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    ) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the process and any worker children it forked
+            out, err = proc.communicate()
+            raise AssertionError(f"`pgqueue {' '.join(args)}` still running after {timeout}s:\n{err[-2000:]}") from None
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
     return subprocess.CompletedProcess(env_cmd, proc.returncode, out, err)
 
 

@@ -122,33 +122,53 @@ def test_top_on_unmigrated_database(empty_dsn: str) -> None:
     assert_one_clear_error(result.exit_code, result.stderr, f"run `pgqueue migrate --dsn {display_dsn(empty_dsn)}`")
 
 
-def test_top_exits_cleanly_on_ctrl_c(dsn: str, conn: psycopg.Connection[Any]) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pgqueue", "top", "--dsn", dsn, "--interval", "0.2"],
+# Starts ``pgqueue top`` with SIGINT at the given disposition (exec keeps an ignored one,
+# as a shell does for a background job): how the test runner was launched must not matter.
+_LAUNCH_TOP = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, getattr(signal, sys.argv[1]));"
+    " os.execv(sys.executable, [sys.executable, '-m', 'pgqueue', 'top', *sys.argv[2:]])"
+)
+
+
+@pytest.mark.parametrize("disposition", ["SIG_DFL", "SIG_IGN"])
+def test_top_exits_cleanly_on_ctrl_c(dsn: str, conn: psycopg.Connection[Any], disposition: str) -> None:
+    with subprocess.Popen(
+        [sys.executable, "-c", _LAUNCH_TOP, disposition, "--dsn", dsn, "--interval", "0.2"],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-    )
-    try:
-        # Interrupt once it is inside its refresh loop (it has read the views at least once).
-        wait_until(
-            lambda: (
-                conn.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgqueue top' AND query LIKE %s",
-                    ["%.health%"],
-                ).fetchone()
-                == (1,)
+    ) as proc:
+        try:
+            # Interrupt once it is inside its refresh loop: its connection (in this test's
+            # own database) has run a query after setting its name.
+            wait_until(
+                lambda: (
+                    conn.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                        " AND application_name = 'pgqueue top' AND query NOT LIKE 'SET application_name%%'"
+                    ).fetchone()
+                    == (1,)
+                )
             )
-        )
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=20)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
     assert proc.returncode == 0, err
     assert err == ""
+
+
+def test_top_in_process_gives_back_the_callers_sigint_handler(dsn: str) -> None:
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        result = cli("top", "--dsn", dsn, "--once")
+        assert result.exit_code == 0, result.output
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 # -- throughput ---------------------------------------------------------------------------

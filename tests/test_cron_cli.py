@@ -39,9 +39,17 @@ def fire_some(dsn: str, conn: psycopg.Connection[Any]) -> None:
     conn.execute("UPDATE pgqueue.jobs_live SET state = 'scheduled' WHERE unique_key LIKE 'cron:every-second:%'")
 
 
+def db_now(conn: psycopg.Connection[Any]) -> datetime:
+    row = conn.execute("SELECT now()").fetchone()
+    assert row is not None
+    return row[0]  # type: ignore[no-any-return]
+
+
 def test_cron_list_json_reads_the_database(dsn: str, conn: psycopg.Connection[Any]) -> None:
     fire_some(dsn, conn)
+    before = db_now(conn)
     result = invoke("cron", "list", "--dsn", dsn, "--json")
+    after = db_now(conn)
     assert result.exit_code == 0, result.output
     entries = {e["name"]: e for e in json.loads(result.stdout)}
     assert sorted(entries) == ["every-second", "legacy"]
@@ -57,10 +65,10 @@ def test_cron_list_json_reads_the_database(dsn: str, conn: psycopg.Connection[An
     assert every["last_tick"] == "2026-06-01T08:00:03+00:00"
     assert every["last_job_state"] == "scheduled"
     assert every["last_fired_by"] == "test"
+    # The next whole second after the database clock as the command read it, some time
+    # between the two reads around it.
     next_tick = datetime.fromisoformat(every["next_tick"])
-    (db_now,) = conn.execute("SELECT now()").fetchone() or (None,)
-    assert db_now is not None
-    assert db_now < next_tick <= db_now + timedelta(seconds=1)
+    assert before < next_tick <= after + timedelta(seconds=1)
     legacy = entries["legacy"]
     # 02:30 New York time, once a day; America/New_York is UTC-4 in June.
     assert legacy["status"] == "inactive"

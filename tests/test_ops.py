@@ -11,7 +11,7 @@ import pytest
 import pgqueue
 from pgqueue import ops
 from tests.conftest import async_wait_until, running_worker
-from tests.ops_support import db_today, enqueue, error_entry, insert_finished, partitions, state_of
+from tests.ops_support import enqueue, error_entry, insert_finished, partitions, state_of
 
 # -- list / get ---------------------------------------------------------------------------
 
@@ -188,6 +188,12 @@ def test_parse_duration_rejects(text: str) -> None:
         ops.parse_duration(text)
 
 
+def _purge_today(cutoff: datetime, older_than: timedelta) -> date:
+    """The UTC day the purge saw as today: its cutoff is its now() - older_than (a date
+    read after it could be the next day)."""
+    return (cutoff + older_than).astimezone(UTC).date()
+
+
 def _finished_at(conn: psycopg.Connection[Any], ids: list[int]) -> list[datetime]:
     rows = conn.execute("SELECT finished_at FROM pgqueue.jobs WHERE id = ANY(%s) ORDER BY id", [ids]).fetchall()
     return [r[0] for r in rows]
@@ -219,7 +225,7 @@ def test_purge_drops_whole_days_and_deletes_the_boundary_in_batches(conn: psycop
     after = partitions(conn, "completed")
     assert day5 in result.dropped_partitions
     assert set(result.dropped_partitions) == before - after
-    today = db_today(conn)
+    today = _purge_today(result.cutoff, timedelta(hours=1))
     for name in after:
         day = datetime.strptime(name[-8:], "%Y%m%d").replace(tzinfo=UTC)
         assert day + timedelta(days=1) > result.cutoff or day.date() >= today - timedelta(days=1), name
@@ -245,7 +251,9 @@ def test_purge_boundary_rows_by_batched_delete(conn: psycopg.Connection[Any]) ->
     finished = _finished_at(conn, old)
     result = ops.purge_jobs(conn, "pgqueue", state="discarded", older_than=timedelta(seconds=30), batch_size=3)
     assert today in partitions(conn, "discarded")  # the boundary day is never dropped
-    assert result.deleted_rows == 7 - _dropped_by_day(finished, result.cutoff, db_today(conn))
+    assert result.deleted_rows == 7 - _dropped_by_day(
+        finished, result.cutoff, _purge_today(result.cutoff, timedelta(seconds=30))
+    )
     assert [state_of(conn, i) for i in old] == [None] * 7
     assert state_of(conn, fresh) == "discarded"
 
@@ -313,7 +321,10 @@ def test_list_and_show_read_the_id_indexes_not_whole_partitions(conn: psycopg.Co
         " SELECT 'bulk', 'tests.bulk', 'completed', 1, 1, now() FROM generate_series(1, 20000)"
     )
     conn.execute("ANALYZE pgqueue.jobs")
-    today = f"jobs_completed_{db_today(conn):%Y%m%d}"
+    # The partition the rows landed in (not today's date read later: midnight may pass).
+    where = conn.execute("SELECT DISTINCT tableoid::regclass::text FROM pgqueue.jobs WHERE queue = 'bulk'").fetchall()
+    assert len(where) == 1, where
+    today = str(where[0][0]).removeprefix("pgqueue.")
     middle = ops.list_jobs(conn, limit=10_000)[-1].id
     plans: list[str] = []
     conn.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))

@@ -332,18 +332,20 @@ def test_processes_2_share_the_work_and_stop_on_sigterm(
 
 def test_second_sigterm_exits_at_once(dsn: str, conn: psycopg.Connection[Any], tmp_path: Path) -> None:
     create_test_tables(conn)
-    job_id = enqueue_sql(conn, "slow", '{"key": "t3", "seconds": 8.0}')
+    # The job and the shutdown timeout are far longer than any wait below, so that "at
+    # once" holds on a loaded machine: exit code 130 long before the job could end.
+    job_id = enqueue_sql(conn, "slow", '{"key": "t3", "seconds": 120.0}')
     with worker_process(
-        dsn, "tests.apps.basic:app", "--shutdown-timeout", "30", "--lease", "5", "--heartbeat-interval", "1",
+        dsn, "tests.apps.basic:app", "--shutdown-timeout", "300", "--lease", "5", "--heartbeat-interval", "1",
         log=tmp_path / "w.log",
     ) as w:  # fmt: skip
         wait_until(lambda: ledger(conn, "t3", "start"), timeout=15)
         w.signal(signal.SIGTERM)
-        wait_until(lambda: "shutting down gracefully" in w.output(), timeout=5)
+        wait_until(lambda: "shutting down gracefully" in w.output(), timeout=30)
         time.sleep(REPEAT_WINDOW + 0.5)  # a repeat within the window would be the same request
-        assert w.alive()  # still waiting for the 8s job
+        assert w.alive()  # still waiting for the 120s job
         w.signal(signal.SIGTERM)
-        assert w.wait(3) == 130, w.output()
+        assert w.wait(30) == 130, w.output()
     # Exited without finishing or releasing: the lease (5s) will let the rescuer retry it.
     assert job_row(conn, job_id)["state"] == "running"
     assert ledger(conn, "t3", "done") == []
@@ -365,7 +367,8 @@ def test_sigterm_during_child_restart_backoff_stops_everything(
         conn.execute("DELETE FROM pgqueue.jobs_live WHERE id = %s", [job_id])
         wait_until(lambda: "restarting it" in w.output(), timeout=10)
         w.signal(signal.SIGTERM)  # lands inside the restart delay
-        assert w.wait(5) == 0, w.output()
+        # A replacement started after the stop would never hear of it: no exit at all.
+        assert w.wait(30) == 0, w.output()
 
 
 def terminate_other_backends(conn: psycopg.Connection[Any]) -> int:

@@ -196,7 +196,9 @@ async def test_notify_payloads_lock_keys_and_activity_carry_no_job_data(rdb: Rol
 
             def sample() -> bool:
                 for classid, objid in admin.execute(
+                    # This database's locks only: other test runs share the server.
                     "SELECT classid::bigint, objid::bigint FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1"
+                    " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
                 ):
                     key = (classid << 32) | objid
                     seen_locks.add(key - (1 << 64) if key >= 1 << 63 else key)

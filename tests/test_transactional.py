@@ -218,7 +218,7 @@ async def test_timed_out_sync_transactional_attempt_never_commits_late(
     job_id = tx_slow.enqueue(tables, key="t1")
     async with running_worker(app) as worker:
         await async_wait_until(lambda: state_of(tables, job_id) == "completed", timeout=10)
-        await asyncio.to_thread(finished.wait, 5)  # the straggler has tried its late commit
+        assert await asyncio.to_thread(finished.wait, 60)  # the straggler's handler returned
         await async_wait_until(lambda: worker.in_flight == 0)
     assert effects(tables, "t1") == [2]
     row = job_row(tables, job_id)

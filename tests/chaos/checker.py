@@ -3,9 +3,11 @@ intent after a chaos run, and condenses them into one summary line.
 
 * **lost**: a committed job that is not in a final state (or not there at all);
 * **phantom**: a rolled-back job that exists or ever ran;
-* **overlaps**: two runs of one job at the same time; each must be explained by the first
-  run's lease having ended before the second started (an outcome or a rescue recorded for
-  its attempt, or its worker stopped/killed/partitioned);
+* **overlaps**: two runs of one job at the same time; each must be explained by one of the
+  two leases having ended by the time the overlap began (when the later run started): an
+  outcome or a rescue recorded for its attempt, or its worker stopped/killed/partitioned.
+  Either run may be the stale one: the earlier run's lease may have been rescued while it
+  ran, or a frozen worker may start an attempt whose lease was rescued before it started;
 * **duplicates**: a job whose handler body finished more than once; each must be explained:
   all runs but one lost their lease (an error entry for their attempt, e.g. a rescue, or
   their worker stopped, frozen or killed after they started);
@@ -26,7 +28,7 @@ import psycopg
 from .producer import Intent
 from .workers import ProcEvent
 
-__all__ = ["Report", "check"]
+__all__ = ["Report", "Run", "check", "check_runs"]
 
 FINAL = {"completed", "discarded", "cancelled"}
 TX_KINDS = {"chaos.tx", "chaos.tx_async"}
@@ -197,7 +199,7 @@ def check(conn: psycopg.Connection[Any], intent: Intent, events: list[ProcEvent]
 
     for job_id, job_runs in runs.items():
         errors = jobs[job_id]["errors"] if job_id in jobs else []
-        _check_runs(rep, job_runs, errors, troubled, deaths)
+        check_runs(rep, job_runs, errors, troubled, deaths)
     return rep
 
 
@@ -221,13 +223,16 @@ def _lease_lost(r: Run, errors: list[dict[str, Any]], troubled: dict[int, list[d
     return any(r.started_at <= t <= until for t in troubled.get(r.pid, []))
 
 
-def _check_runs(
+def check_runs(
     rep: Report,
     job_runs: list[Run],
     errors: list[dict[str, Any]],
     troubled: dict[int, list[datetime]],
     deaths: dict[int, datetime],
 ) -> None:
+    """Count the overlaps and duplicates among one job's runs (ordered by start) into
+    ``rep``, given the job's error entries and when each worker process was stopped,
+    frozen or killed (``troubled``) or died (``deaths``)."""
     job_id = job_runs[0].job_id
     overlapping = False
     unexplained_overlap = False
@@ -242,7 +247,10 @@ def _check_runs(
                 if stopped and min(stopped) <= b.started_at:
                     continue
             overlapping = True
-            if not _explained(a, b.started_at, errors, troubled):
+            # The overlap began when b started: a double run under a valid lease only if
+            # both leases were still valid then. Either may be the stale one.
+            began = b.started_at
+            if not (_explained(a, began, errors, troubled) or _explained(b, began, errors, troubled)):
                 unexplained_overlap = True
     if overlapping:
         if unexplained_overlap:

@@ -11,6 +11,10 @@ Modes (set with :meth:`Proxy.set_mode` from any thread):
 * ``stale``: the connections open now freeze for good (as when a stateful firewall or NAT
   forgets them: no FIN, no RST, no answer), while new connections pass.
 
+The target is a TCP ``host``/``port``, or, when ``host`` is a directory (libpq's rule: it
+starts with ``/``), the server's Unix socket ``host/.s.PGSQL.port`` in it. Clients always
+reach the proxy over TCP.
+
 The proxy runs its own asyncio loop in a daemon thread, so callers can be synchronous.
 """
 
@@ -18,20 +22,33 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 import struct
 import threading
 from typing import Literal
 
-__all__ = ["Mode", "Proxy"]
+__all__ = ["Mode", "Proxy", "unix_socket_path"]
 
 Mode = Literal["pass", "latency", "blackhole", "reset", "stale"]
 _CHUNK = 65536
 
 
+def unix_socket_path(host: str, port: int) -> str | None:
+    """The Unix socket a libpq ``host``/``port`` pair names, or None for a TCP host."""
+    if not host.startswith("/"):
+        return None
+    return os.path.join(host, f".s.PGSQL.{port}")
+
+
 class Proxy:
     def __init__(self, target_host: str, target_port: int, *, listen_host: str = "127.0.0.1") -> None:
+        if not target_host:
+            raise ValueError("proxy target host is empty")
+        if not 0 < target_port < 65536:
+            raise ValueError(f"proxy target port {target_port} is not in 1..65535")
         self.target = (target_host, target_port)
+        self.target_socket = unix_socket_path(target_host, target_port)
         self.listen_host = listen_host
         self.port = 0
         self.mode: Mode = "pass"
@@ -120,7 +137,7 @@ class Proxy:
             _abort(writer)
             return
         try:
-            up_reader, up_writer = await asyncio.open_connection(*self.target)
+            up_reader, up_writer = await self._connect_upstream()
         except OSError:
             _abort(writer)
             return
@@ -142,6 +159,11 @@ class Proxy:
                 self._frozen.discard(w)
                 with contextlib.suppress(Exception):
                     w.close()
+
+    async def _connect_upstream(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if self.target_socket is not None:
+            return await asyncio.open_unix_connection(self.target_socket)
+        return await asyncio.open_connection(*self.target)
 
     def _refusing(self) -> bool:
         return self.mode == "reset"

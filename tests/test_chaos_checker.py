@@ -1,0 +1,121 @@
+"""The chaos checker's judgement of one job's runs (tests/chaos/checker.py), on
+hand-built histories: which overlaps and duplicate runs a lost lease explains."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from tests.chaos.checker import Report, Run, check_runs
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+JOB = 7
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def run(attempt: int, pid: int, start: float, end: float | None, result: str | None = "ok") -> Run:
+    return Run(
+        token=f"lease-{attempt}",
+        job_id=JOB,
+        attempt=attempt,
+        kind="ok",
+        pid=pid,
+        started_at=at(start),
+        ended_at=None if end is None else at(end),
+        result=result if end is not None else None,
+    )
+
+
+def rescued(attempt: int, when: float) -> dict[str, Any]:
+    """The error entry a rescue (or a failure outcome) records for ``attempt``."""
+    return {"attempt": attempt, "type": "pgqueue.LeaseExpired", "at": at(when).isoformat()}
+
+
+def judge(
+    runs: list[Run],
+    errors: list[dict[str, Any]] | None = None,
+    troubled: dict[int, list[float]] | None = None,
+    deaths: dict[int, float] | None = None,
+) -> Report:
+    rep = Report()
+    trouble: dict[int, list[datetime]] = defaultdict(list)
+    for pid, times in (troubled or {}).items():
+        trouble[pid].extend(at(t) for t in times)
+    died = {pid: at(t) for pid, t in (deaths or {}).items()}
+    check_runs(rep, sorted(runs, key=lambda r: r.started_at), errors or [], trouble, died)
+    return rep
+
+
+def overlaps(rep: Report) -> tuple[int, list[int]]:
+    return rep.overlaps_explained, rep.overlaps_unexplained
+
+
+# -- overlaps -----------------------------------------------------------------------------
+
+
+def test_runs_one_after_another_do_not_overlap() -> None:
+    rep = judge([run(1, 100, 0, 1, result="error"), run(2, 200, 5, 6)], errors=[rescued(1, 1)])
+    assert overlaps(rep) == (0, [])
+    assert rep.ok
+
+
+def test_two_runs_under_valid_leases_at_once_are_an_unexplained_overlap() -> None:
+    rep = judge([run(1, 100, 0, 10, result="error"), run(2, 200, 5, 6)])
+    assert overlaps(rep) == (0, [JOB])
+    assert not rep.ok
+
+
+def test_the_earlier_run_rescued_while_it_ran_explains_the_overlap() -> None:
+    # Attempt 1's worker was partitioned away: rescued at 30s, attempt 2 started at 31s
+    # while attempt 1's handler was still running (it learns at its next heartbeat).
+    rep = judge([run(1, 100, 0, 40, result="cancelled"), run(2, 200, 31, 32)], errors=[rescued(1, 30)])
+    assert overlaps(rep) == (1, [])
+
+
+def test_a_stale_attempt_started_after_its_lease_ended_explains_the_overlap() -> None:
+    # A frozen worker (SIGSTOP) held attempt 1; it was rescued at 30s and attempt 2 started
+    # at 31s. Thawed at 35s, the old worker started attempt 1's handler anyway, was
+    # cancelled within milliseconds and fenced (no end written). The stale run is the
+    # later one: its own lease had ended before it began.
+    valid = run(2, 200, 31, 40)
+    stale = run(1, 100, 35.0, None)
+    rep = judge([valid, stale], errors=[rescued(1, 30)])
+    assert overlaps(rep) == (1, [])
+    assert rep.ok
+
+
+def test_the_later_runs_lease_ending_only_during_the_overlap_does_not_explain_it() -> None:
+    # Both leases were valid when the second run started: a lease lost afterwards (here
+    # attempt 2's own failure at 8s) does not excuse the double run that came first.
+    rep = judge([run(1, 100, 0, 10), run(2, 200, 5, 9, result="error")], errors=[rescued(2, 8)])
+    assert overlaps(rep) == (0, [JOB])
+
+
+def test_the_earlier_runs_worker_stopped_before_the_later_started_explains_the_overlap() -> None:
+    # SIGSTOPped at 3s (a graceful stop or a kill counts the same); attempt 2 started at 5s.
+    rep = judge([run(1, 100, 0, 10), run(2, 200, 5, 6)], troubled={100: [3]})
+    assert overlaps(rep) == (1, [])
+    assert (rep.duplicates_explained, rep.duplicates_unexplained) == (1, [])
+
+
+def test_an_unended_run_whose_process_died_before_the_next_started_is_no_overlap() -> None:
+    rep = judge([run(1, 100, 0, None), run(2, 200, 5, 6)], deaths={100: 4})
+    assert overlaps(rep) == (0, [])
+
+
+# -- duplicates ---------------------------------------------------------------------------
+
+
+def test_two_finished_runs_are_explained_when_all_but_one_lost_the_lease() -> None:
+    rep = judge([run(1, 100, 0, 40), run(2, 200, 31, 32)], errors=[rescued(1, 30)])
+    assert (rep.duplicates_explained, rep.duplicates_unexplained) == (1, [])
+
+
+def test_two_finished_runs_both_holding_their_leases_are_unexplained() -> None:
+    rep = judge([run(1, 100, 0, 1), run(2, 200, 100, 101)])
+    assert (rep.duplicates_explained, rep.duplicates_unexplained) == (0, [JOB])
+    assert not rep.ok
