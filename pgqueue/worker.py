@@ -83,6 +83,9 @@ class WorkerStats:
     released: int = 0
     claims: int = 0
     empty_claims: int = 0
+    #: The fetch loop is waiting for a wake-up (NOTIFY, poll timer, free capacity) with no
+    #: claim in flight: a signal tests can await instead of counting claims.
+    fetcher_waiting: bool = False
 
 
 def _default_worker_id() -> str:
@@ -360,8 +363,12 @@ class Worker:
                 self._backlog = len(jobs) == limit
                 if self._backlog and self._free_capacity() > 0:
                     continue  # more is waiting and we have room: claim again now
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._poll_timeout())
+            self.stats.fetcher_waiting = True
+            try:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self._poll_timeout())
+            finally:
+                self.stats.fetcher_waiting = False
 
     def _poll_timeout(self) -> float:
         cfg = self.config

@@ -349,7 +349,9 @@ async def test_stop_claims_nothing_new(app: pgqueue.App, conn: psycopg.Connectio
         await asyncio.wait_for(started.wait(), 10)
         assert worker.listener is not None
         await asyncio.wait_for(worker.listener.connected.wait(), 10)
-        await async_wait_until(lambda: worker.stats.claims >= 2)  # the start claim and the catch-up one
+        # Idle: the listener's catch-up wake-up was taken (by the start claim when it came
+        # before it, else by a second claim) and no claim is in flight.
+        await async_wait_until(lambda: worker.stats.fetcher_waiting and not worker._wake.is_set())
         worker.stop()
         second = finishing.enqueue(conn, n=2)  # commits and notifies while the worker drains
         await asyncio.wait_for(run, 10)
