@@ -52,7 +52,7 @@ from ._dsn import open_connection, unavailable
 from ._executor import Attempt, Executor
 from ._jobs_db import JobsDB, Outcome
 from ._listener import Listener, application_name, brief, within
-from ._maintenance import Maintenance
+from ._maintenance import maintainer
 from ._partitions import ensure_partitions
 from ._registry import CancelFlags, Registry
 from ._safe_json import configure_connection
@@ -124,6 +124,15 @@ class Worker:
         # deregistration cannot be overtaken by a heartbeat (a stopped worker shown alive).
         self._beat_lock = asyncio.Lock()
         self._beats_over = False
+        self._maintainer, self._partitions = maintainer(
+            self.db,
+            self._connection,
+            dsn=lambda: self.app.dsn,
+            schema=app.schema,
+            config=self.config,
+            worker_id=self.worker_id,
+            on_pinned=self._cursors.set_pinned,
+        )
 
     # -- control ----------------------------------------------------------------------
 
@@ -184,15 +193,6 @@ class Worker:
         try:
             await pool.open(wait=True, timeout=30)
             self._pool = pool
-            self._maintenance = Maintenance(
-                self.db,
-                pool,
-                dsn=dsn,
-                schema=self.app.schema,
-                config=cfg,
-                worker_id=self.worker_id,
-                on_pinned=self._cursors.set_pinned,
-            )
             self._executor = Executor(
                 db=self.db, worker_id=self.worker_id, threads=threads, pool=pool, sync_pool=self._get_sync_pool
             )
@@ -202,17 +202,15 @@ class Worker:
                 batch_size=cfg.completion_batch,
                 interval=cfg.completion_interval,
                 on_written=self._on_written,
-                repair_partitions=self._maintenance.repair_partitions,
+                repair_partitions=self._partitions.run_once,
                 timeout=cfg.lease,
             )
             self._spawn(self._completer.run(), "completer")
             self._spawn(self._heartbeat_loop(), "heartbeat")
-            self._spawn(self._maintenance.run_ticks(), "maintenance")
+            self._maintainer.start(self._side_task_done)
             self.cron = scheduler_for(self.app, pool, worker_id=self.worker_id)
             if self.cron is not None:
                 self._spawn(self.cron.run(), "cron")
-            if cfg.vacuum_interval > 0:
-                self._spawn(self._maintenance.run_vacuum(), "vacuum")
             if cfg.listen:
                 self.listener = Listener(
                     dsn,
@@ -238,6 +236,7 @@ class Worker:
         finally:
             if self.metrics is not None:
                 await asyncio.to_thread(self.metrics.close)
+            await self._maintainer.stop()
             for t in self._side_tasks:
                 t.cancel()
             await asyncio.gather(*self._side_tasks, return_exceptions=True)
@@ -270,6 +269,9 @@ class Worker:
                 ensure_partitions(conn, self.app.schema, days_ahead=self.config.partition_days_ahead)
         except psycopg.OperationalError as exc:  # lost after connecting
             raise DatabaseUnavailableError.from_exc(exc) from exc
+
+    def _connection(self) -> contextlib.AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]:
+        return self._pool.connection()
 
     def _spawn(self, coro: Any, name: str) -> None:
         task = asyncio.create_task(coro, name=f"pgqueue-{name}")
