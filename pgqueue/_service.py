@@ -32,12 +32,16 @@ import psycopg_pool
 from ._listener import brief
 from .retry import Backoff, Retries
 
-__all__ = ["TRANSIENT", "Maintainer", "PeriodicService"]
+__all__ = ["RECONNECT_BACKOFF", "TRANSIENT", "Maintainer", "PeriodicService"]
 
 R = TypeVar("R")
 
 #: Errors that mean "the database is unreachable right now": logged and retried.
 TRANSIENT: tuple[type[BaseException], ...] = (psycopg.OperationalError, psycopg_pool.PoolTimeout)
+
+#: Retrying a statement the worker cannot do without (claim, outcomes) or a connection:
+#: 0.05 s, doubling up to 5 s, reset by the next success.
+RECONNECT_BACKOFF = Backoff(base=0.05, cap=5.0, jitter=False)
 
 Sleep = Callable[[float], Awaitable[None]]
 Uniform = Callable[[float, float], float]
