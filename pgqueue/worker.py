@@ -46,7 +46,7 @@ import psycopg_pool
 
 from ._claim_cursor import ClaimCursors
 from ._completer import Completer
-from ._cron_loop import CronScheduler, scheduler_for
+from ._cron_loop import CronScheduler, CronService, scheduler_for
 from ._db_wait import wait_for_database
 from ._dsn import open_connection, unavailable
 from ._executor import Attempt, Executor
@@ -56,6 +56,7 @@ from ._maintenance import maintainer
 from ._partitions import ensure_partitions
 from ._registry import CancelFlags, Registry
 from ._safe_json import configure_connection
+from ._service import RECONNECT_BACKOFF
 from ._sql import channel_name
 from .app import App
 from .config import DEFAULT_QUEUE, WorkerConfig
@@ -64,6 +65,7 @@ from .logging_setup import log_outcome
 from .metrics import WorkerMetrics, serve_metrics
 from .migrate import require_current
 from .models import CANCEL_FLAG, CancelFlag, Job, JobState
+from .retry import Retries
 
 __all__ = ["Worker", "WorkerStats"]
 
@@ -207,10 +209,10 @@ class Worker:
             )
             self._spawn(self._completer.run(), "completer")
             self._spawn(self._heartbeat_loop(), "heartbeat")
-            self._maintainer.start(self._side_task_done)
             self.cron = scheduler_for(self.app, pool, worker_id=self.worker_id)
             if self.cron is not None:
-                self._spawn(self.cron.run(), "cron")
+                self._maintainer.add(CronService(self.cron))
+            self._maintainer.start(self._side_task_done)
             if cfg.listen:
                 self.listener = Listener(
                     dsn,
@@ -304,7 +306,7 @@ class Worker:
     async def _fetch_loop(self) -> None:
         cfg = self.config
         task_limits = self.app.task_limits()
-        error_backoff = 0.05
+        retries = Retries(RECONNECT_BACKOFF)
         while not self._stopping.is_set():
             self._wake.clear()
             free = self._free_capacity()
@@ -336,7 +338,7 @@ class Worker:
                         )
                     done = time.monotonic()
                     self._cursors.observe(jobs, from_head=not after, elapsed=done - began, now=done)
-                    error_backoff = 0.05
+                    retries.reset()
                     if batch:
                         self._completer.acknowledge(batch, written)
                 except (psycopg.OperationalError, psycopg_pool.PoolTimeout, psycopg.errors.CheckViolation) as exc:
@@ -344,9 +346,9 @@ class Worker:
                         self._completer.give_back(batch)  # the completer retries (and repairs partitions)
                     if isinstance(exc, psycopg.errors.CheckViolation) and "no partition" not in str(exc):
                         raise
-                    log.warning("claim failed (%s); retrying in %.2fs", brief(exc), error_backoff)
-                    await self._sleep_unless_stopping(error_backoff)
-                    error_backoff = min(error_backoff * 2, 5.0)
+                    delay = retries.next()
+                    log.warning("claim failed (%s); retrying in %.2fs", brief(exc), delay)
+                    await self._sleep_unless_stopping(delay)
                     continue
                 if self._stopping.is_set() and jobs:
                     await self._release_unstarted(jobs)
