@@ -25,7 +25,9 @@ import psycopg_pool
 
 from ._jobs_db import JobsDB, Outcome
 from ._listener import brief, within
+from ._service import RECONNECT_BACKOFF
 from .models import Job
+from .retry import Retries
 
 __all__ = ["Batch", "Completer"]
 
@@ -95,7 +97,7 @@ class Completer:
     async def flush(self) -> None:
         """Write everything buffered now, retrying connection errors with backoff."""
         async with self._lock:
-            backoff = 0.05
+            retries = Retries(RECONNECT_BACKOFF)
             while self._pending:
                 batch = self._pending[: self.batch_size]
                 try:
@@ -112,11 +114,11 @@ class Completer:
                     await self.repair_partitions()
                     continue
                 except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+                    delay = retries.next()
                     log.warning(
-                        "could not record %d job outcomes (%s); retrying in %.2fs", len(batch), brief(exc), backoff
+                        "could not record %d job outcomes (%s); retrying in %.2fs", len(batch), brief(exc), delay
                     )
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, 5.0)
+                    await asyncio.sleep(delay)
                     continue
                 del self._pending[: len(batch)]
                 self.acknowledge(batch, written)

@@ -34,7 +34,6 @@ Design notes (DESIGN §6):
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import time
@@ -47,17 +46,21 @@ import psycopg
 import psycopg_pool
 
 from ._cron_db import TICK_HISTORY_DAYS, CronDB, Fired, ScheduleState
+from ._service import PeriodicService
 from .cron import Schedule, schedules_of
+from .retry import Backoff
 
 if TYPE_CHECKING:
     from .app import App
 
-__all__ = ["CronScheduler", "CronStats", "RunResult", "scheduler_for"]
+__all__ = ["CronScheduler", "CronService", "CronStats", "RunResult", "scheduler_for"]
 
 log = logging.getLogger("pgqueue.cron")
 
 DEFAULT_REFRESH_INTERVAL = 30.0
 DEFAULT_MAX_JITTER = 0.5
+#: After a database error: 1 s, doubling up to 30 s (each +-20%), reset by a success.
+RETRY_BACKOFF = Backoff(base=1.0, cap=30.0, jitter=False)
 
 
 @dataclass(frozen=True)
@@ -234,39 +237,54 @@ class CronScheduler:
 
     async def run(self) -> None:
         """Run until cancelled. Database outages are logged and retried with backoff."""
-        backoff = 1.0
-        refresh_at = time.monotonic() + self._refresh_delay()
-        while True:
-            try:
-                if not self._registered:
-                    await self.register()
-                due = self.next_due()
-                now = self.clock.now()
-                if due is not None and due <= now:
-                    result = await self.run_once()
-                    self.stats.wakeups = [*self.stats.wakeups[-99:], (now - due).total_seconds()]
-                    if not result.leader:
-                        await asyncio.sleep(random.uniform(0.02, 0.2))  # the holder is done in ms
-                    elif (after := self.next_due()) is not None and after <= self.clock.now():
-                        await asyncio.sleep(0.05)  # our clock ran ahead of the database's now()
-                    backoff = 1.0
-                    continue
-                wait = refresh_at - time.monotonic()
-                if due is not None:
-                    wait = min(wait, (due - now).total_seconds() + random.uniform(0.0, self.max_jitter))
-                if wait > 0:
-                    await asyncio.sleep(wait)
-                if time.monotonic() >= refresh_at:
-                    await self.refresh()
-                    refresh_at = time.monotonic() + self._refresh_delay()
-                backoff = 1.0
-            except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
-                log.warning("cron scheduler: database unavailable (%s); retrying in %.0fs", exc, backoff)
-                await asyncio.sleep(backoff * random.uniform(0.8, 1.2))
-                backoff = min(backoff * 2, 30.0)
+        await CronService(self).run()
 
     def _refresh_delay(self) -> float:
         return self.refresh_interval * random.uniform(0.8, 1.2)
+
+
+class CronService(PeriodicService[float]):
+    """The scheduler's loop: each round fires what is due, or refreshes, and returns how
+    long to sleep (until the next tick of its schedules or the next refresh)."""
+
+    name = "cron"
+    what = "cron scheduler"
+
+    def __init__(self, scheduler: CronScheduler) -> None:
+        super().__init__(interval=scheduler.refresh_interval, failure_backoff=RETRY_BACKOFF, log=log)
+        self.scheduler = scheduler
+        self.refresh_at = time.monotonic() + scheduler._refresh_delay()
+
+    def first_delay(self) -> float:
+        return 0.0
+
+    def delay_after(self, result: float) -> float:
+        return result
+
+    def failure_line(self, exc: BaseException, delay: float) -> str:
+        return f"cron scheduler: database unavailable ({exc}); retrying in {delay:.0f}s"
+
+    async def run_once(self) -> float:
+        cron = self.scheduler
+        if not cron._registered:
+            await cron.register()
+        due, now = cron.next_due(), cron.clock.now()
+        if due is not None and due <= now:
+            result = await cron.run_once()
+            cron.stats.wakeups = [*cron.stats.wakeups[-99:], (now - due).total_seconds()]
+            if not result.leader:
+                return self.rand(0.02, 0.2)  # the holder is done in ms
+            if (after := cron.next_due()) is not None and after <= cron.clock.now():
+                return 0.05  # our clock ran ahead of the database's now()
+            return 0.0
+        if time.monotonic() >= self.refresh_at:
+            await cron.refresh()
+            self.refresh_at = time.monotonic() + cron._refresh_delay()
+            due, now = cron.next_due(), cron.clock.now()
+        wait = self.refresh_at - time.monotonic()
+        if due is not None:
+            wait = min(wait, (due - now).total_seconds() + self.rand(0.0, cron.max_jitter))
+        return max(wait, 0.0)
 
 
 def scheduler_for(app: App, pool: psycopg_pool.AsyncConnectionPool, *, worker_id: str) -> CronScheduler | None:

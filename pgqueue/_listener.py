@@ -19,6 +19,8 @@ import psycopg_pool
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
+from .retry import Backoff, Retries
+
 __all__ = ["Listener", "application_name", "brief", "within"]
 
 T = TypeVar("T")
@@ -79,7 +81,7 @@ class Listener:
         self.backend_pid: int | None = None
 
     async def run(self) -> None:
-        backoff = 0.05
+        retries = Retries(Backoff(base=0.05, cap=self.max_backoff, jitter=False))
         while True:
             conn: psycopg.AsyncConnection[Any] | None = None
             try:
@@ -91,7 +93,7 @@ class Listener:
                 if self.reconnects:
                     log.info("listener reconnected (backend pid %s)", self.backend_pid)
                 self.connected.set()
-                backoff = 0.05
+                retries.reset()
                 self.on_wake()  # catch up on anything enqueued while we were not listening
                 await self._listen(conn)
             except asyncio.CancelledError:
@@ -102,11 +104,11 @@ class Listener:
                 self.reconnects += 1
                 if was_connected:
                     log.warning("listener connection lost (%s); polling until it is back", brief(exc))
-                else:
-                    log.warning("listener cannot connect (%s); retrying in %.2fs", brief(exc), backoff)
+                delay = retries.next()
+                if not was_connected:
+                    log.warning("listener cannot connect (%s); retrying in %.2fs", brief(exc), delay)
                 self.on_wake()
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, self.max_backoff)
+                await asyncio.sleep(delay)
             finally:
                 self.connected.clear()
                 if conn is not None:

@@ -38,12 +38,15 @@ from ._work_process import EXIT_FORCED, park_stop_signals, run_worker, worker_co
 from .errors import DatabaseUnavailableError, PgQueueError
 from .logging_setup import configure_logging
 from .migrate import require_current
+from .retry import Backoff, Retries
 
 __all__ = ["EXIT_FATAL", "combined_exit_code", "run_processes", "run_worker"]
 
 log = logging.getLogger("pgqueue.cli")
 
 EXIT_FATAL = 3  # a child that cannot start (bad schema, bad config): restarting will not help
+#: A child that died is restarted after 0.5 s, doubling up to 30 s.
+RESTART_BACKOFF = Backoff(base=0.5, cap=30.0, jitter=False)
 HEALTHY_RUN = 60.0  # a child that lived this long restarts without the accumulated backoff
 _TICK = 0.2  # how often the parent looks at its children when no signal arrives
 
@@ -222,7 +225,7 @@ class _Supervisor:
             return 0
         for slot in range(self.processes):
             self.start(slot)
-        backoff: dict[int, float] = {}
+        retries: dict[int, Retries] = {}
         restart_at: dict[int, float] = {}
         while self.children or (restart_at and not self.stopping):
             self.pause(min([_TICK, *(at - time.monotonic() for at in restart_at.values())]))
@@ -243,9 +246,8 @@ class _Supervisor:
                     self.stop_all(signal.SIGTERM)
                     continue
                 if time.monotonic() - child.started_at > HEALTHY_RUN:
-                    backoff.pop(slot, None)  # it ran fine for a while: this is a fresh failure
-                delay = min(backoff.get(slot, 0.25) * 2, 30.0)
-                backoff[slot] = delay
+                    retries.pop(slot, None)  # it ran fine for a while: this is a fresh failure
+                delay = retries.setdefault(slot, Retries(RESTART_BACKOFF)).next()
                 log.error("worker process %s exited with code %s; restarting it in %.1fs", child.proc.name, code, delay)
                 restart_at[slot] = time.monotonic() + delay
             if self.stopping:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from .errors import ConfigError
 
-__all__ = ["Backoff"]
+__all__ = ["Backoff", "Retries"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,3 +39,21 @@ class Backoff:
     def delay(self, attempt: int) -> float:
         ceiling = self.ceiling(attempt)
         return random.uniform(0.0, ceiling) if self.jitter else ceiling
+
+
+class Retries:
+    """A retry loop's position in a :class:`Backoff`: ``next()`` counts a failure and gives
+    the delay before trying again; ``reset()`` after a success starts over."""
+
+    __slots__ = ("attempt", "backoff")
+
+    def __init__(self, backoff: Backoff) -> None:
+        self.backoff = backoff
+        self.attempt = 0
+
+    def next(self) -> float:
+        self.attempt += 1
+        return self.backoff.delay(self.attempt)
+
+    def reset(self) -> None:
+        self.attempt = 0

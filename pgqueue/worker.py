@@ -46,16 +46,17 @@ import psycopg_pool
 
 from ._claim_cursor import ClaimCursors
 from ._completer import Completer
-from ._cron_loop import CronScheduler, scheduler_for
+from ._cron_loop import CronScheduler, CronService, scheduler_for
 from ._db_wait import wait_for_database
 from ._dsn import open_connection, unavailable
 from ._executor import Attempt, Executor
 from ._jobs_db import JobsDB, Outcome
 from ._listener import Listener, application_name, brief, within
-from ._maintenance import Maintenance
+from ._maintenance import maintainer
 from ._partitions import ensure_partitions
 from ._registry import CancelFlags, Registry
 from ._safe_json import configure_connection
+from ._service import RECONNECT_BACKOFF
 from ._sql import channel_name
 from .app import App
 from .config import DEFAULT_QUEUE, WorkerConfig
@@ -64,6 +65,7 @@ from .logging_setup import log_outcome
 from .metrics import WorkerMetrics, serve_metrics
 from .migrate import require_current
 from .models import CANCEL_FLAG, CancelFlag, Job, JobState
+from .retry import Retries
 
 __all__ = ["Worker", "WorkerStats"]
 
@@ -127,6 +129,15 @@ class Worker:
         # deregistration cannot be overtaken by a heartbeat (a stopped worker shown alive).
         self._beat_lock = asyncio.Lock()
         self._beats_over = False
+        self._maintainer, self._partitions = maintainer(
+            self.db,
+            self._connection,
+            dsn=lambda: self.app.dsn,
+            schema=app.schema,
+            config=self.config,
+            worker_id=self.worker_id,
+            on_pinned=self._cursors.set_pinned,
+        )
 
     # -- control ----------------------------------------------------------------------
 
@@ -187,15 +198,6 @@ class Worker:
         try:
             await pool.open(wait=True, timeout=30)
             self._pool = pool
-            self._maintenance = Maintenance(
-                self.db,
-                pool,
-                dsn=dsn,
-                schema=self.app.schema,
-                config=cfg,
-                worker_id=self.worker_id,
-                on_pinned=self._cursors.set_pinned,
-            )
             self._executor = Executor(
                 db=self.db, worker_id=self.worker_id, threads=threads, pool=pool, sync_pool=self._get_sync_pool
             )
@@ -205,17 +207,15 @@ class Worker:
                 batch_size=cfg.completion_batch,
                 interval=cfg.completion_interval,
                 on_written=self._on_written,
-                repair_partitions=self._maintenance.repair_partitions,
+                repair_partitions=self._partitions.run_once,
                 timeout=cfg.lease,
             )
             self._spawn(self._completer.run(), "completer")
             self._spawn(self._heartbeat_loop(), "heartbeat")
-            self._spawn(self._maintenance.run_ticks(), "maintenance")
             self.cron = scheduler_for(self.app, pool, worker_id=self.worker_id)
             if self.cron is not None:
-                self._spawn(self.cron.run(), "cron")
-            if cfg.vacuum_interval > 0:
-                self._spawn(self._maintenance.run_vacuum(), "vacuum")
+                self._maintainer.add(CronService(self.cron))
+            self._maintainer.start(self._side_task_done)
             if cfg.listen:
                 self.listener = Listener(
                     dsn,
@@ -241,6 +241,7 @@ class Worker:
         finally:
             if self.metrics is not None:
                 await asyncio.to_thread(self.metrics.close)
+            await self._maintainer.stop()
             for t in self._side_tasks:
                 t.cancel()
             await asyncio.gather(*self._side_tasks, return_exceptions=True)
@@ -274,6 +275,9 @@ class Worker:
         except psycopg.OperationalError as exc:  # lost after connecting
             raise DatabaseUnavailableError.from_exc(exc) from exc
 
+    def _connection(self) -> contextlib.AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]:
+        return self._pool.connection()
+
     def _spawn(self, coro: Any, name: str) -> None:
         task = asyncio.create_task(coro, name=f"pgqueue-{name}")
         task.add_done_callback(self._side_task_done)
@@ -305,7 +309,7 @@ class Worker:
     async def _fetch_loop(self) -> None:
         cfg = self.config
         task_limits = self.app.task_limits()
-        error_backoff = 0.05
+        retries = Retries(RECONNECT_BACKOFF)
         while not self._stopping.is_set():
             self._wake.clear()
             free = self._free_capacity()
@@ -337,7 +341,7 @@ class Worker:
                         )
                     done = time.monotonic()
                     self._cursors.observe(jobs, from_head=not after, elapsed=done - began, now=done)
-                    error_backoff = 0.05
+                    retries.reset()
                     if batch:
                         self._completer.acknowledge(batch, written)
                 except (psycopg.OperationalError, psycopg_pool.PoolTimeout, psycopg.errors.CheckViolation) as exc:
@@ -345,9 +349,9 @@ class Worker:
                         self._completer.give_back(batch)  # the completer retries (and repairs partitions)
                     if isinstance(exc, psycopg.errors.CheckViolation) and "no partition" not in str(exc):
                         raise
-                    log.warning("claim failed (%s); retrying in %.2fs", brief(exc), error_backoff)
-                    await self._sleep_unless_stopping(error_backoff)
-                    error_backoff = min(error_backoff * 2, 5.0)
+                    delay = retries.next()
+                    log.warning("claim failed (%s); retrying in %.2fs", brief(exc), delay)
+                    await self._sleep_unless_stopping(delay)
                     continue
                 if self._stopping.is_set() and jobs:
                     await self._release_unstarted(jobs)

@@ -12,11 +12,12 @@ import pytest
 from psycopg import sql
 
 import pgqueue
+from pgqueue._maintenance import RetentionService
 from pgqueue._retention import apply_retention, expired_partitions, retention_of
 from pgqueue.config import WorkerConfig
 from pgqueue.errors import ConfigError
 from tests.apps.support import worker_process
-from tests.conftest import async_wait_until, running_worker, wait_until
+from tests.conftest import wait_until
 from tests.test_cli import assert_one_clear_error, invoke
 
 Conn = psycopg.Connection[Any]
@@ -168,12 +169,15 @@ def test_busy_parent_skips_the_drop_and_retries_later(conn: Conn, dsn: str) -> N
     assert count(conn, "completed") == 0
 
 
-async def test_worker_maintenance_applies_its_retention(app: pgqueue.App, conn: Conn) -> None:
+async def test_worker_maintenance_applies_its_retention(app: pgqueue.App, conn: Conn, dsn: str) -> None:
     t = today(conn)
     old = add_day(conn, "completed", t - timedelta(days=4))
     kept = add_day(conn, "discarded", t - timedelta(days=4))
-    async with running_worker(app, retention_completed=2 * DAY, retention_discarded=0):
-        await async_wait_until(lambda: old not in partitions(conn))
+    config = WorkerConfig(retention_completed=2 * DAY, retention_discarded=0)
+    service = RetentionService(dsn=lambda: dsn, schema="pgqueue", config=config, worker_id="test-worker")
+    result = await service.run_once()
+    assert result.dropped == [old]
+    assert old not in partitions(conn)
     assert kept in partitions(conn)  # 0: discarded jobs are kept forever
     settings = dict(conn.execute("SELECT name, value FROM pgqueue.settings").fetchall())
     assert settings["retention.completed"] == 2 * DAY

@@ -1,0 +1,134 @@
+"""The periodic-service base: its loop driven step by step, with an injected clock."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import psycopg
+import pytest
+
+from pgqueue._service import Maintainer, PeriodicService
+from pgqueue.retry import Backoff, Retries
+
+
+class StopLoopError(Exception):
+    """Raised by the fake sleep to end a loop after the rounds a test wants."""
+
+
+class Clock:
+    """Records every requested sleep instead of sleeping; ends the loop after ``rounds``."""
+
+    def __init__(self, rounds: int) -> None:
+        self.rounds = rounds
+        self.sleeps: list[float] = []
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        if len(self.sleeps) > self.rounds:
+            raise StopLoopError
+
+
+class Counting(PeriodicService[int]):
+    name = "counting"
+    what = "counting"
+
+    def __init__(self, outcomes: list[int | BaseException], **kwargs: object) -> None:
+        super().__init__(log=logging.getLogger("tests.service"), **kwargs)  # type: ignore[arg-type]
+        self.outcomes = outcomes
+        self.reported: list[int] = []
+
+    async def run_once(self) -> int:
+        outcome = self.outcomes.pop(0)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def report(self, result: int) -> None:
+        self.reported.append(result)
+
+
+def fixed(low: float, high: float) -> float:
+    return high  # the top of every jitter range
+
+
+async def test_waits_an_interval_before_each_round_and_reports_results() -> None:
+    clock = Clock(rounds=2)
+    service = Counting([3, 0], interval=10.0, sleep=clock.sleep, rand=fixed)
+    with pytest.raises(StopLoopError):
+        await service.run()
+    assert clock.sleeps == [12.0, 12.0, 12.0]  # first delay, then after each round (+20% jitter)
+    assert service.reported == [3, 0]
+
+
+async def test_a_failure_logs_one_line_and_waits_the_backoff_until_a_success(caplog: pytest.LogCaptureFixture) -> None:
+    down = psycopg.OperationalError("connection refused")
+    clock = Clock(rounds=4)
+    service = Counting(
+        [down, down, 1, down],
+        interval=10.0,
+        jitter=0.0,
+        failure_backoff=Backoff(base=1.0, cap=3.0, jitter=False),
+        sleep=clock.sleep,
+    )
+    with caplog.at_level(logging.WARNING, logger="tests.service"), pytest.raises(StopLoopError):
+        await service.run()
+    assert clock.sleeps == [10.0, 1.0, 2.0, 10.0, 1.0]  # the backoff starts over after the success
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "counting failed (connection refused); trying again in 1.0s",
+        "counting failed (connection refused); trying again in 2.0s",
+        "counting failed (connection refused); trying again in 1.0s",
+    ]
+
+
+async def test_without_a_failure_backoff_a_failed_round_is_retried_at_the_interval() -> None:
+    service = Counting([psycopg.OperationalError("x")], interval=5.0, jitter=0.0)
+    assert await service.step() == 5.0
+
+
+async def test_an_unexpected_error_ends_the_loop() -> None:
+    service = Counting([ValueError("bug")], interval=5.0, jitter=0.0)
+    with pytest.raises(ValueError, match="bug"):
+        await service.step()
+
+
+async def test_start_and_stop_are_idempotent() -> None:
+    gate = asyncio.Event()
+
+    async def wait(seconds: float) -> None:
+        await gate.wait()
+
+    service = Counting([], interval=1.0, sleep=wait)
+    await service.stop()  # never started: fine
+    task = service.start()
+    assert service.start() is task
+    assert service.started
+    await service.stop()
+    await service.stop()
+    assert task.cancelled()
+    assert not service.started
+
+
+async def test_the_maintainer_starts_and_stops_its_services_together() -> None:
+    gate = asyncio.Event()
+
+    async def wait(seconds: float) -> None:
+        await gate.wait()
+
+    services = [Counting([], interval=1.0, sleep=wait), Counting([], interval=1.0, sleep=wait)]
+    ended: list[asyncio.Task[None]] = []
+    maintainer = Maintainer(services)
+    maintainer.start(ended.append)
+    maintainer.start(ended.append)  # already running: no second task, no second callback
+    assert all(s.started for s in services)
+    await maintainer.stop()
+    assert not any(s.started for s in services)
+    assert len(ended) == 2
+
+
+def test_retries_walk_a_backoff_and_start_over() -> None:
+    retries = Retries(Backoff(base=0.05, cap=5.0, jitter=False))
+    assert [retries.next() for _ in range(9)] == [0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0]
+    retries.reset()
+    assert retries.next() == 0.05
