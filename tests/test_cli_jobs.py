@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import shlex
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -260,7 +261,9 @@ def test_purge_bad_input(dsn: str, conn: psycopg.Connection[Any], args: tuple[st
 def test_unmigrated_database_says_run_migrate(empty_dsn: str, command: tuple[str, ...]) -> None:
     result = jobs(empty_dsn, *command)
     assert result.exit_code == 1
-    assert_one_clear_error(result.exit_code, result.stderr, f"run `pgqueue migrate --dsn {display_dsn(empty_dsn)}`")
+    assert_one_clear_error(
+        result.exit_code, result.stderr, f"run `pgqueue migrate --dsn {shlex.quote(display_dsn(empty_dsn))}`"
+    )
 
 
 def test_invalid_schema_name_is_refused(dsn: str) -> None:

@@ -68,7 +68,7 @@ def test_status_and_top_before_migrate_print_one_line(empty_dsn: str, command: t
     assert line.startswith(
         "error: schema 'pgqueue' lacks pgqueue's tables, views or functions: run `pgqueue migrate --dsn "
     )
-    assert line.endswith(f"/{dbname}`")
+    assert f"/{dbname}" in line
 
 
 # -- --version ----------------------------------------------------------------------------

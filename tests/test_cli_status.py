@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 import signal
 import subprocess
 import sys
@@ -82,7 +83,9 @@ async def test_status_json(app: pgqueue.App, dsn: str, conn: psycopg.Connection[
 
 def test_status_on_unmigrated_database(empty_dsn: str) -> None:
     result = cli("status", "--dsn", empty_dsn)
-    assert_one_clear_error(result.exit_code, result.stderr, f"run `pgqueue migrate --dsn {display_dsn(empty_dsn)}`")
+    assert_one_clear_error(
+        result.exit_code, result.stderr, f"run `pgqueue migrate --dsn {shlex.quote(display_dsn(empty_dsn))}`"
+    )
 
 
 # -- top ----------------------------------------------------------------------------------
@@ -119,7 +122,9 @@ def test_top_refreshes_n_times_with_one_snapshot_each(
 
 def test_top_on_unmigrated_database(empty_dsn: str) -> None:
     result = cli("top", "--dsn", empty_dsn, "--once")
-    assert_one_clear_error(result.exit_code, result.stderr, f"run `pgqueue migrate --dsn {display_dsn(empty_dsn)}`")
+    assert_one_clear_error(
+        result.exit_code, result.stderr, f"run `pgqueue migrate --dsn {shlex.quote(display_dsn(empty_dsn))}`"
+    )
 
 
 # Starts ``pgqueue top`` with SIGINT at the given disposition (exec keeps an ignored one,

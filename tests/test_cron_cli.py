@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -101,7 +102,7 @@ def test_cron_list_empty_and_errors(dsn: str, empty_dsn: str) -> None:
     assert invoke("cron", "list", "--dsn", dsn, "--json").stdout.strip() == "[]"
     missing = invoke("cron", "list", "--dsn", empty_dsn)
     assert missing.exit_code == 1
-    assert f"has no cron tables: run `pgqueue migrate --dsn {display_dsn(empty_dsn)}`" in missing.stderr
+    assert f"has no cron tables: run `pgqueue migrate --dsn {shlex.quote(display_dsn(empty_dsn))}`" in missing.stderr
     assert "Traceback" not in missing.stderr
     bad_app = invoke("cron", "list", "--dsn", dsn, "--app", "tests.apps.nope:app")
     assert bad_app.exit_code == 1

@@ -4,6 +4,7 @@ database in use, the CLI's notice line, and errors that say why a connection fai
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -94,7 +95,7 @@ def test_display_never_shows_a_password(dsn: str, shown: str) -> None:
 
 def test_connection_errors_never_show_the_password() -> None:
     with pytest.raises(DatabaseUnavailableError) as info:
-        open_connection(f"postgresql://nobody_here:{SECRET}@127.0.0.1:5432/postgres")
+        open_connection(_server_dsn(user="nobody_here", password=SECRET))  # the test server refuses them
     assert SECRET not in str(info.value)
     assert info.value.reason == "refused"
 
@@ -103,7 +104,7 @@ def test_connection_errors_never_show_the_password() -> None:
 
 
 def test_migrate_hint_names_the_database_and_schema(empty_dsn: str) -> None:
-    shown = display_dsn(empty_dsn, password=False)
+    shown = shlex.quote(display_dsn(empty_dsn, password=False))  # a socket path needs quoting
     with psycopg.connect(empty_dsn, autocommit=True) as conn:
         with pytest.raises(SchemaNotInstalledError) as info:
             require_current(conn, "pgqueue")
@@ -122,7 +123,7 @@ async def test_async_enqueue_hint_names_the_database(empty_dsn: str) -> None:
     async with await psycopg.AsyncConnection.connect(empty_dsn, autocommit=True) as aconn:
         with pytest.raises(SchemaNotInstalledError) as info:
             await task.enqueue_async(aconn)
-    assert f"run `pgqueue migrate --dsn {display_dsn(empty_dsn, password=False)}`" in str(info.value)
+    assert f"run `pgqueue migrate --dsn {shlex.quote(display_dsn(empty_dsn, password=False))}`" in str(info.value)
 
 
 def test_demo_inspect_hint_names_the_database() -> None:
@@ -254,8 +255,10 @@ def _server_dsn(**changes: Any) -> str:
 
 
 def _where(dsn: str) -> str:
+    """How errors name the server: host:port, or the socket file of a socket directory."""
     info = conninfo_to_dict(dsn)
-    return f"{info['host']}:{info.get('port', 5432)}"
+    host, port = str(info["host"]), info.get("port", 5432)
+    return f"socket {host.rstrip('/')}/.s.PGSQL.{port}" if host.startswith("/") else f"{host}:{port}"
 
 
 def test_missing_database_is_a_refusal_that_quotes_the_server() -> None:
