@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 
 from ._claim_cursor import HEAD, ClaimCursor
-from ._sql import queries_for
+from ._sql import lock_name, queries_for
 from .models import Job, JobState
 
 __all__ = [
@@ -180,7 +180,7 @@ class JobsDB:
         cur = await conn.execute(
             self.q["maintenance_tick"],
             {
-                "lock_name": f"pgqueue.maintenance:{self.schema}",
+                "lock_name": lock_name("maintenance", self.schema),
                 "since": since,
                 "batch": batch,
                 "backoff_base": backoff_base,
@@ -213,7 +213,7 @@ class JobsDB:
             return None
         if not stats.can_vacuum:
             raise VacuumNotAllowedError(f"this role may not VACUUM {self.schema}.jobs_live (not its owner)")
-        lock = {"lock_name": f"pgqueue.vacuum:{self.schema}"}
+        lock = {"lock_name": lock_name("vacuum", self.schema)}
         cur = await conn.execute(self.q["vacuum_lock"], lock)
         got = await cur.fetchone()
         if not got or not got[0]:
