@@ -32,6 +32,7 @@ __all__ = [
     "get_job",
     "job_state",
     "list_jobs",
+    "metrics_queue_stats",
     "purge_batch",
     "purge_cutoff",
     "retry_batch",
@@ -180,6 +181,11 @@ def status_rows(conn: Conn, schema: str, *, failures_limit: int, retention: bool
 
 def set_application_name(conn: Conn, schema: str, name: str) -> None:
     conn.execute(queries_for(schema)["session_application_name"], {"name": name})
+
+
+def metrics_queue_stats(conn: Conn, schema: str, queues: list[str]) -> list[tuple[Any, ...]]:
+    """(queue, available, scheduled, running, retryable, lag_seconds) of these queues."""
+    return conn.execute(queries_for(schema)["metrics_queue_stats"], {"queues": queues}).fetchall()
 
 
 # -- demo ---------------------------------------------------------------------------------

@@ -152,6 +152,36 @@ class JobsDB:
         cur = await conn.execute(self.q["job_record_outcomes"], outcome_params(items))
         return {row[0] for row in await cur.fetchall()}
 
+    def record_outcomes_sync(
+        self, conn: psycopg.Connection[Any], items: Sequence[tuple[int, uuid.UUID, Outcome]]
+    ) -> set[int]:
+        """:meth:`record_outcomes` on a blocking connection (a transactional sync handler's
+        transaction, so the outcome commits with the handler's writes)."""
+        return {row[0] for row in conn.execute(self.q["job_record_outcomes"], outcome_params(items)).fetchall()}
+
+    async def register(self, conn: AConn, registration: Mapping[str, Any]) -> None:
+        """Create or refresh this worker's row in ``worker_registry`` (``registry_upsert``)."""
+        await conn.execute(self.q["registry_upsert"], registration)
+
+    async def register_and_extend_leases(
+        self, conn: AConn, registration: Mapping[str, Any], held: Mapping[int, uuid.UUID], lease: float
+    ) -> dict[int, bool]:
+        """:meth:`register` and :meth:`extend_leases` in one round trip (a pipeline)."""
+        async with conn.pipeline():
+            await self.register(conn, registration)
+            return await self.extend_leases(conn, held, lease)
+
+    async def deregister(self, conn: AConn, worker_id: str) -> None:
+        await conn.execute(self.q["registry_delete"], {"worker_id": worker_id})
+
+    async def listen(self, conn: AConn) -> None:
+        """LISTEN on the schema's wake-up channel."""
+        await conn.execute(self.q["queue_listen"])
+
+    async def ping(self, conn: AConn) -> None:
+        """One round trip that proves the connection lives."""
+        await conn.execute(self.q["connection_ping"])
+
     async def extend_leases(self, conn: AConn, held: Mapping[int, uuid.UUID], lease: float) -> dict[int, bool]:
         """Heartbeat: the ids whose lease was extended, each mapped to whether an operator
         asked that job to stop (``cancel_job()``)."""

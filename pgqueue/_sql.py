@@ -85,6 +85,7 @@ def _placeholders(schema: str) -> dict[str, sql.Composable]:
     return {
         "schema": ident,
         "channel": sql.Literal(channel_name(schema)),
+        "channel_ident": sql.Identifier(channel_name(schema)),
         "id_seq": sql.Literal(f'"{schema}".jobs_id_seq'),
     }
 

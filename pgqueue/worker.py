@@ -56,7 +56,6 @@ from ._maintenance import Maintenance
 from ._partitions import ensure_partitions
 from ._registry import CancelFlags, Registry
 from ._safe_json import configure_connection
-from ._sql import channel_name
 from .app import App
 from .config import DEFAULT_QUEUE, WorkerConfig
 from .errors import DatabaseUnavailableError
@@ -216,7 +215,7 @@ class Worker:
             if cfg.listen:
                 self.listener = Listener(
                     dsn,
-                    channel_name(self.app.schema),
+                    self.db,
                     self.queues,
                     self.wake,
                     health_interval=cfg.listener_health_interval,

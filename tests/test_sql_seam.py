@@ -23,10 +23,6 @@ DB_MODULES = frozenset({"_sql", "_jobs_db", "_cron_db", "_admin_db", "_schema_db
 NOT_YET = frozenset(
     {
         "_enqueue",
-        "_executor",
-        "_listener",
-        "_registry",
-        "metrics",
     }
 )
 
