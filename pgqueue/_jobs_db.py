@@ -1,7 +1,8 @@
 """The worker's seam to the database: one typed coroutine per query, nothing else.
 
-Only this module (and the enqueue/migrate modules on the producer side) runs SQL; rows
-become :class:`~pgqueue.models.Job` objects here.
+The DB modules are the only ones that run SQL: this one (the worker's), ``_cron_db``,
+``_enqueue_db``, ``_admin_db`` and ``_schema_db`` (tests/test_sql_seam.py holds them to
+it). Rows become :class:`~pgqueue.models.Job` objects here.
 """
 
 from __future__ import annotations
