@@ -11,21 +11,16 @@ import psycopg
 import psycopg.errors
 
 from ._dsn import migrate_hint
-from ._sql import queries_for
+from ._sql import lock_name, queries_for
 from .cron import Schedule
 from .errors import SchemaNotInstalledError
 
-__all__ = ["TICK_HISTORY_DAYS", "CronDB", "Fired", "ScheduleState", "StatusRow", "lock_name", "status_rows"]
+__all__ = ["TICK_HISTORY_DAYS", "CronDB", "Fired", "ScheduleState", "StatusRow", "status_rows"]
 
 AConn = psycopg.AsyncConnection[Any]
 
 #: Tick history kept in cron_ticks (the latest tick of each schedule is always kept).
 TICK_HISTORY_DAYS = 7
-
-
-def lock_name(schema: str) -> str:
-    """The advisory lock of materialisation: ``hashtextextended(<this>, 0)``."""
-    return f"pgqueue.cron:{schema}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +56,7 @@ class CronDB:
     def __init__(self, schema: str) -> None:
         self.schema = schema
         self.q = queries_for(schema)
-        self.lock_name = lock_name(schema)
+        self.lock_name = lock_name("cron", schema)
 
     async def register(self, conn: AConn, schedules: Sequence[Schedule]) -> tuple[dict[str, ScheduleState], datetime]:
         """Upsert ``schedules``; returns their states and the database clock."""

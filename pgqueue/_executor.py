@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 import psycopg_pool
 
-from ._jobs_db import JobsDB, Outcome, outcome_params
+from ._jobs_db import JobsDB, Outcome
 from ._safe_json import UndecodableArgsError
 from .app import Task
 from .errors import Cancel, InvalidArgumentsError, Retry
@@ -183,8 +183,5 @@ class Executor:
         conn: psycopg.Connection[Any]
         with self.sync_pool().connection() as conn, conn.transaction():
             task.fn(JobContext(job, self.worker_id, conn), **job.args)
-            rows = conn.execute(
-                self.db.q["job_record_outcomes"], outcome_params([(job.id, job.lease_token, COMPLETED)])
-            ).fetchall()
-            if job.id not in {r[0] for r in rows}:
+            if job.id not in self.db.record_outcomes_sync(conn, [(job.id, job.lease_token, COMPLETED)]):
                 raise LeaseLost()

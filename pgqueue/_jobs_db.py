@@ -1,7 +1,8 @@
 """The worker's seam to the database: one typed coroutine per query, nothing else.
 
-Only this module (and the enqueue/migrate modules on the producer side) runs SQL; rows
-become :class:`~pgqueue.models.Job` objects here.
+The DB modules are the only ones that run SQL: this one (the worker's), ``_cron_db``,
+``_enqueue_db``, ``_admin_db`` and ``_schema_db`` (tests/test_sql_seam.py holds them to
+it). Rows become :class:`~pgqueue.models.Job` objects here.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import psycopg
 
 from ._claim_cursor import HEAD, ClaimCursor
-from ._sql import queries_for
+from ._sql import lock_name, queries_for
 from .models import Job, JobState
 
 __all__ = [
@@ -152,6 +153,36 @@ class JobsDB:
         cur = await conn.execute(self.q["job_record_outcomes"], outcome_params(items))
         return {row[0] for row in await cur.fetchall()}
 
+    def record_outcomes_sync(
+        self, conn: psycopg.Connection[Any], items: Sequence[tuple[int, uuid.UUID, Outcome]]
+    ) -> set[int]:
+        """:meth:`record_outcomes` on a blocking connection (a transactional sync handler's
+        transaction, so the outcome commits with the handler's writes)."""
+        return {row[0] for row in conn.execute(self.q["job_record_outcomes"], outcome_params(items)).fetchall()}
+
+    async def register(self, conn: AConn, registration: Mapping[str, Any]) -> None:
+        """Create or refresh this worker's row in ``worker_registry`` (``registry_upsert``)."""
+        await conn.execute(self.q["registry_upsert"], registration)
+
+    async def register_and_extend_leases(
+        self, conn: AConn, registration: Mapping[str, Any], held: Mapping[int, uuid.UUID], lease: float
+    ) -> dict[int, bool]:
+        """:meth:`register` and :meth:`extend_leases` in one round trip (a pipeline)."""
+        async with conn.pipeline():
+            await self.register(conn, registration)
+            return await self.extend_leases(conn, held, lease)
+
+    async def deregister(self, conn: AConn, worker_id: str) -> None:
+        await conn.execute(self.q["registry_delete"], {"worker_id": worker_id})
+
+    async def listen(self, conn: AConn) -> None:
+        """LISTEN on the schema's wake-up channel."""
+        await conn.execute(self.q["queue_listen"])
+
+    async def ping(self, conn: AConn) -> None:
+        """One round trip that proves the connection lives."""
+        await conn.execute(self.q["connection_ping"])
+
     async def extend_leases(self, conn: AConn, held: Mapping[int, uuid.UUID], lease: float) -> dict[int, bool]:
         """Heartbeat: the ids whose lease was extended, each mapped to whether an operator
         asked that job to stop (``cancel_job()``)."""
@@ -180,7 +211,7 @@ class JobsDB:
         cur = await conn.execute(
             self.q["maintenance_tick"],
             {
-                "lock_name": f"pgqueue.maintenance:{self.schema}",
+                "lock_name": lock_name("maintenance", self.schema),
                 "since": since,
                 "batch": batch,
                 "backoff_base": backoff_base,
@@ -213,7 +244,7 @@ class JobsDB:
             return None
         if not stats.can_vacuum:
             raise VacuumNotAllowedError(f"this role may not VACUUM {self.schema}.jobs_live (not its owner)")
-        lock = {"lock_name": f"pgqueue.vacuum:{self.schema}"}
+        lock = {"lock_name": lock_name("vacuum", self.schema)}
         cur = await conn.execute(self.q["vacuum_lock"], lock)
         got = await cur.fetchone()
         if not got or not got[0]:

@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 
 import psycopg
 import psycopg_pool
-from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
+from ._jobs_db import JobsDB
 from .retry import Backoff, Retries
 
 __all__ = ["Listener", "application_name", "brief", "within"]
@@ -63,7 +63,7 @@ class Listener:
     def __init__(
         self,
         dsn: str,
-        channel: str,
+        db: JobsDB,
         queues: Collection[str],
         on_wake: Callable[[], None],
         *,
@@ -71,7 +71,7 @@ class Listener:
         max_backoff: float = 5.0,
     ) -> None:
         self.dsn = dsn
-        self.channel = channel
+        self.db = db  # LISTENs on its schema's wake-up channel
         self.queues = frozenset(queues)
         self.on_wake = on_wake
         self.health_interval = health_interval
@@ -88,7 +88,7 @@ class Listener:
                 conn = await psycopg.AsyncConnection.connect(
                     self.dsn, autocommit=True, **application_name(self.dsn, "listener")
                 )
-                await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+                await self.db.listen(conn)
                 self.backend_pid = conn.info.backend_pid
                 if self.reconnects:
                     log.info("listener reconnected (backend pid %s)", self.backend_pid)
@@ -122,4 +122,4 @@ class Listener:
             # Quiet for a while: prove the connection lives. A socket whose peer vanished
             # without a FIN or RST (a partition, a stateful firewall forgetting it) would
             # block this forever, leaving a "connected" listener that hears nothing.
-            await within(self.health_interval, conn.execute("SELECT 1"), "health check")
+            await within(self.health_interval, self.db.ping(conn), "health check")

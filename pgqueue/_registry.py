@@ -70,15 +70,13 @@ class Registry:
         """
         params = {**self._static, "in_flight": in_flight, "listener_connected": listener_connected}
         if not held:
-            await conn.execute(self.db.q["registry_upsert"], params)
+            await self.db.register(conn, params)
             return {}
-        async with conn.pipeline():
-            await conn.execute(self.db.q["registry_upsert"], params)
-            return await self.db.extend_leases(conn, held, lease)
+        return await self.db.register_and_extend_leases(conn, params, held, lease)
 
     async def deregister(self, pool: psycopg_pool.AsyncConnectionPool) -> None:
         async with pool.connection() as conn:
-            await conn.execute(self.db.q["registry_delete"], {"worker_id": self.worker_id})
+            await self.db.deregister(conn, self.worker_id)
 
 
 def operator_cancel_outcome(job: Job, worker_id: str) -> Outcome:

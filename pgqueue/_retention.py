@@ -26,9 +26,9 @@ from typing import Any
 import psycopg
 import psycopg.errors
 
-from ._partitions import drop_day, lock_name
+from . import _schema_db as db
+from ._partitions import drop_day
 from ._registry import DEAD_WORKER_GRACE
-from ._sql import queries_for
 from .config import WorkerConfig
 from .models import JobState
 
@@ -89,33 +89,26 @@ def apply_retention(
 
     Does nothing (``leader=False``) while another process holds the partition lock.
     """
-    q = queries_for(schema)
     result = RetentionResult()
-    lock = {"lock_name": lock_name(schema)}
     with conn.transaction():
-        got = conn.execute(q["partition_lock"], lock).fetchone()
-        if not got or not got[0]:
+        if not db.lock_try(conn, "partitions", schema):
             return result
         result.leader = True
-        now_row = conn.execute(q["retention_now"]).fetchone()
-        assert now_row is not None
-        now: datetime = now_row[0]
-        rows = conn.execute(q["retention_partitions"], {"schema": schema}).fetchall()
-        expired = expired_partitions([(r[0], r[1], r[2]) for r in rows], retention, now)
+        now = db.db_now(conn, schema)
+        rows = db.partition_list(conn, schema)
+        expired = expired_partitions([(r.parent, r.child, r.day) for r in rows], retention, now)
         names = [f"retention.{state}" for state in retention]
         values = [json.dumps(v) for v in retention.values()]
-        conn.execute(q["settings_put"], {"names": names, "values": values, "by": by})
-        removed = conn.execute(q["registry_cleanup"], {"grace": DEAD_WORKER_GRACE}).fetchone()
-        result.registrations_removed = int(removed[0]) if removed else 0
+        db.settings_put(conn, schema, names, values, by=by)
+        result.registrations_removed = db.registry_cleanup(conn, schema, DEAD_WORKER_GRACE)
     summarize_recent(conn, schema)
     for child in expired:
         try:
             with conn.transaction():
-                got = conn.execute(q["partition_lock"], lock).fetchone()
-                if not got or not got[0]:
+                if not db.lock_try(conn, "partitions", schema):
                     result.skipped.append(child)
                     continue
-                conn.execute("SET LOCAL lock_timeout = '1s'")
+                db.lock_timeout(conn, schema, 1)
                 drop_day(conn, schema, child)  # as the owner, or through its function (worker role)
             result.dropped.append(child)
         except psycopg.errors.LockNotAvailable:
@@ -133,12 +126,10 @@ def summarize_recent(conn: psycopg.Connection[Any], schema: str) -> int:
     """Summarise new block ranges of the BRIN indexes on today's and yesterday's finished
     partitions, so the views' time windows skip all but the recent ranges even where
     autovacuum (which would summarise them) is off or slow. Returns the ranges added."""
-    q = queries_for(schema)
     added = 0
     try:
-        for (index,) in conn.execute(q["brin_recent_indexes"], {"schema": schema}).fetchall():
-            row = conn.execute(q["brin_summarize"], {"index": index}).fetchone()
-            added += int(row[0]) if row else 0
+        for index in db.brin_recent_indexes(conn, schema):
+            added += db.brin_summarize(conn, schema, index)
     except psycopg.errors.InsufficientPrivilege as exc:
         log.debug("cannot summarise BRIN indexes (%s); leaving it to autovacuum", exc)
     return added

@@ -11,16 +11,29 @@ from __future__ import annotations
 
 import functools
 import re
+import string
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from importlib.abc import Traversable
 from pathlib import Path
+from typing import Literal
 
 from psycopg import sql
 
 from .errors import ConfigError
 
-__all__ = ["Migration", "Queries", "channel_name", "load_migrations", "queries_for", "sql_root", "validate_schema"]
+__all__ = [
+    "LockPurpose",
+    "Migration",
+    "Queries",
+    "channel_name",
+    "load_migrations",
+    "lock_name",
+    "queries_for",
+    "sql_root",
+    "validate_schema",
+]
 
 _NAME_LINE = re.compile(r"^-- name: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 _MIGRATION_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
@@ -41,6 +54,21 @@ def channel_name(schema: str) -> str:
     return f"{validate_schema(schema)}_wakeup"
 
 
+#: What an advisory lock serialises; each has its own key per schema.
+LockPurpose = Literal["migrate", "partitions", "maintenance", "vacuum", "cron"]
+
+
+def lock_name(purpose: LockPurpose, schema: str) -> str:
+    """The one source of advisory-lock keys: SQL locks ``hashtextextended(<this>, 0)``.
+
+    The names are ``pgqueue.migrate:<schema>`` (migrations), ``pgqueue.partitions:<schema>``
+    (creating and dropping day partitions), ``pgqueue.maintenance:<schema>`` (the tick),
+    ``pgqueue.vacuum:<schema>`` (vacuuming the live partition) and ``pgqueue.cron:<schema>``
+    (materialising cron ticks).
+    """
+    return f"pgqueue.{purpose}:{validate_schema(schema)}"
+
+
 def sql_root() -> Traversable:
     """The folder holding ``migrations/`` and ``queries/``."""
     packaged = resources.files("pgqueue") / "_sql"
@@ -57,8 +85,16 @@ def _placeholders(schema: str) -> dict[str, sql.Composable]:
     return {
         "schema": ident,
         "channel": sql.Literal(channel_name(schema)),
+        "channel_ident": sql.Identifier(channel_name(schema)),
         "id_seq": sql.Literal(f'"{schema}".jobs_id_seq'),
     }
+
+
+_FIXED = frozenset(_placeholders("pgqueue"))
+
+
+def _fields(text: str) -> set[str]:
+    return {field for _, field, _, _ in string.Formatter().parse(text) if field}
 
 
 def _bind(text: str, schema: str) -> sql.Composed:
@@ -124,15 +160,31 @@ class Queries:
 
     def __init__(self, schema: str) -> None:
         self.schema = validate_schema(schema)
+        raw = _raw_queries()
+        #: Queries naming objects beyond the schema's own (a partition, a role) are bound
+        #: per call by :meth:`compose`; all others are rendered here, once.
+        self._templates = {name: text for name, text in raw.items() if _fields(text) - _FIXED}
         self._text: dict[str, bytes] = {
-            name: _bind(text, schema).as_bytes(None) for name, text in _raw_queries().items()
+            name: _bind(text, schema).as_bytes(None) for name, text in raw.items() if name not in self._templates
         }
 
     def __getitem__(self, name: str) -> bytes:
         return self._text[name]
 
+    def compose(
+        self,
+        name: str,
+        identifiers: Mapping[str, str] | None = None,
+        literals: Mapping[str, object] | None = None,
+    ) -> sql.Composed:
+        """A query naming further objects: ``identifiers`` are quoted as names and
+        ``literals`` as constants (only for statements that cannot take parameters)."""
+        extra: dict[str, sql.Composable] = {k: sql.Identifier(v) for k, v in (identifiers or {}).items()}
+        extra.update({k: sql.Literal(v) for k, v in (literals or {}).items()})
+        return sql.SQL(self._templates[name]).format(**_placeholders(self.schema), **extra)
+
     def names(self) -> list[str]:
-        return sorted(self._text)
+        return sorted([*self._text, *self._templates])
 
 
 @functools.cache

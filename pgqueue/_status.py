@@ -6,40 +6,20 @@ read in one pipelined round trip. Public names are re-exported by :mod:`pgqueue.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
 import psycopg
-import psycopg.errors
-from psycopg import sql
-from psycopg.rows import dict_row
 
-from ._dsn import migrate_hint
+from . import _admin_db as db
 from ._sql import validate_schema
-from .errors import SchemaNotInstalledError
 
-__all__ = ["FailureGroup", "Health", "QueueStats", "StatusSnapshot", "WorkerInfo", "status", "translate_errors"]
+__all__ = ["FailureGroup", "Health", "QueueStats", "StatusSnapshot", "WorkerInfo", "status"]
 
 Conn = psycopg.Connection[Any]
-
-
-@contextmanager
-def translate_errors(conn: psycopg.Connection[Any], schema: str) -> Iterator[None]:
-    try:
-        yield
-    except (
-        psycopg.errors.UndefinedTable,
-        psycopg.errors.UndefinedFunction,
-        psycopg.errors.UndefinedColumn,
-        psycopg.errors.InvalidSchemaName,
-    ):
-        raise SchemaNotInstalledError(
-            f"schema {schema!r} lacks pgqueue's tables, views or functions: {migrate_hint(conn, schema)}"
-        ) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,22 +108,6 @@ def _build(cls: type[Any], row: Mapping[str, Any]) -> Any:
     return cls(**{k: (float(v) if isinstance(v, Decimal) else v) for k, v in row.items() if k in names})
 
 
-def _drain(pipeline: psycopg.Pipeline, pending: int) -> None:
-    """Consume what a failed pipeline still owes, so that leaving it raises nothing more.
-
-    After an error the server skips the statements queued behind it ("pipeline aborted").
-    Whether their results were read before the error surfaced depends on timing; those not
-    read yet would make the pipeline's exit fail again, and psycopg logs that second failure
-    as a stray warning. Each ``sync()`` reads at least one of them, so this ends.
-    """
-    for _ in range(pending + 2):
-        try:
-            pipeline.sync()
-            return
-        except psycopg.Error:
-            continue
-
-
 def status(conn: Conn, schema: str = "pgqueue", *, failures_limit: int = 20, retention: bool = True) -> StatusSnapshot:
     """Read ``queue_stats``, ``workers``, ``failures``, ``health`` and (unless
     ``retention=False``) ``retention`` in one pipelined round trip.
@@ -151,37 +115,13 @@ def status(conn: Conn, schema: str = "pgqueue", *, failures_limit: int = 20, ret
     Each view is read by its own statement, so the parts are each consistent but may be a
     few milliseconds apart.
     """
-    s = sql.Identifier(validate_schema(schema))
-    queries: list[tuple[sql.SQL | sql.Composed, dict[str, Any] | None]] = [
-        (sql.SQL("SELECT * FROM {}.queue_stats ORDER BY queue").format(s), None),
-        (sql.SQL("SELECT * FROM {}.workers ORDER BY started_at, worker_id").format(s), None),
-        (
-            sql.SQL("SELECT * FROM {}.failures ORDER BY last_seen DESC NULLS LAST LIMIT %(n)s").format(s),
-            {"n": failures_limit},
-        ),
-        (sql.SQL("SELECT * FROM {}.health").format(s), None),
-    ]
-    if retention:
-        queries.append((sql.SQL("SELECT * FROM {}.retention").format(s), None))
-    # The pipeline is one implicit transaction, so now() would be its start: read the clock
-    # last instead, so that every time the views returned is at or before it.
-    queries.append((sql.SQL("SELECT clock_timestamp() AS at"), None))
-    with translate_errors(conn, schema), conn.pipeline() as pipeline:
-        try:
-            cursors = [conn.cursor(row_factory=dict_row) for _ in queries]
-            for cur, (query, params) in zip(cursors, queries, strict=True):
-                cur.execute(query, params)
-            results = [cur.fetchall() for cur in cursors]
-        except psycopg.Error:
-            _drain(pipeline, len(queries))
-            raise
-    queues, workers, failures, health = results[:4]
-    at = results[-1]
+    rows = db.status_rows(conn, validate_schema(schema), failures_limit=failures_limit, retention=retention)
+    health = rows["health"]
     return StatusSnapshot(
-        at=at[0]["at"],
-        queues=[_build(QueueStats, r) for r in queues],
-        workers=[_build(WorkerInfo, r) for r in workers],
-        failures=[_build(FailureGroup, r) for r in failures],
+        at=rows["clock"][0]["at"],
+        queues=[_build(QueueStats, r) for r in rows["queues"]],
+        workers=[_build(WorkerInfo, r) for r in rows["workers"]],
+        failures=[_build(FailureGroup, r) for r in rows["failures"]],
         health=_build(Health, health[0]) if health else None,
-        retention=[dict(r) for r in results[4]] if retention else [],
+        retention=[dict(r) for r in rows.get("retention", [])],
     )

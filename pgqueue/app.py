@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, ov
 
 import psycopg
 
-from . import _dsn, _enqueue
+from . import _dsn, _enqueue, _enqueue_db
 from . import cron as _cron
 from ._sql import validate_schema
 from ._task_args import ArgsChecker
@@ -139,11 +139,11 @@ class Task(Generic[P, R]):
 
     def enqueue(self, conn: psycopg.Connection[Any], **kwargs: Any) -> int:
         """Enqueue in ``conn``'s current transaction; returns the job id."""
-        return _enqueue.enqueue_one(conn, self.app.schema, self.job(**kwargs))
+        return _enqueue_db.enqueue_one(conn, self.app.schema, self.job(**kwargs))
 
     async def enqueue_async(self, conn: psycopg.AsyncConnection[Any], **kwargs: Any) -> int:
         """Enqueue in ``conn``'s current transaction; returns the job id."""
-        return await _enqueue.enqueue_one_async(conn, self.app.schema, self.job(**kwargs))
+        return await _enqueue_db.enqueue_one_async(conn, self.app.schema, self.job(**kwargs))
 
 
 class App:
@@ -361,12 +361,12 @@ class App:
         ``jobs`` may be any iterable, consumed as a stream (memory stays flat). Jobs with a
         ``unique_key`` go through the deduplicating path instead of COPY.
         """
-        return _enqueue.enqueue_many(conn, self.schema, jobs)
+        return _enqueue_db.enqueue_many(conn, self.schema, jobs)
 
     async def enqueue_many_async(
         self, conn: psycopg.AsyncConnection[Any], jobs: Iterable[JobSpec] | AsyncIterable[JobSpec]
     ) -> int:
-        return await _enqueue.enqueue_many_async(conn, self.schema, jobs)
+        return await _enqueue_db.enqueue_many_async(conn, self.schema, jobs)
 
     # -- operations ---------------------------------------------------------------------
 

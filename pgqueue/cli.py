@@ -182,7 +182,7 @@ def enqueue(
     schema: SchemaOpt = "pgqueue",
 ) -> None:
     """Enqueue one job through the SQL function and print its id."""
-    from . import _enqueue
+    from . import _enqueue, _enqueue_db
 
     try:
         parsed = json.loads(args)
@@ -206,7 +206,7 @@ def enqueue(
         from ._sql import validate_schema
 
         with connect(dsn) as conn:
-            return _enqueue.enqueue_one(conn, validate_schema(schema), spec)
+            return _enqueue_db.enqueue_one(conn, validate_schema(schema), spec)
 
     console.print(guard(go))
 

@@ -18,12 +18,13 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from ._admin_db import db_now
 from ._cli_common import STATE_STYLE, DsnOpt, SchemaOpt, app, connect, console, guard
-from ._cron_db import StatusRow, lock_name, status_rows
+from ._cron_db import StatusRow, status_rows
 from ._cron_time import CronExpr
 from ._dsn import announce, open_connection
 from ._render import fit_table
-from ._sql import queries_for, validate_schema
+from ._sql import lock_name, validate_schema
 from .cron import Schedule, schedules_of
 from .errors import ConfigError
 
@@ -159,7 +160,7 @@ def _span(seconds: float) -> str:
 def _table(items: list[CronEntry], now: datetime, schema: str) -> Table:
     table = Table(
         title=f"cron schedules in schema {schema}",
-        caption=f"lock: hashtextextended('{lock_name(schema)}', 0)",
+        caption=f"lock: hashtextextended('{lock_name('cron', schema)}', 0)",
         box=box.SIMPLE_HEAD,
     )
     for column in ("schedule", "task", "expression", "zone", "missed", "last tick", "next tick", "last run", "status"):
@@ -210,9 +211,7 @@ def list_schedules(
             conn = open_connection(loaded.database)
         with conn:
             rows = status_rows(conn, schema)
-            now_row = conn.execute(queries_for(schema)["db_now"]).fetchone()
-        assert now_row is not None
-        now = now_row[0].astimezone(UTC)
+            now = db_now(conn, schema).astimezone(UTC)
         return entries(rows, declared, now), now
 
     items, now = guard(go)

@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import ops
+from ._admin_db import db_now
 from ._cli_common import STATE_STYLE, DsnOpt, SchemaOpt, app, connect, console, fail, guard
 from ._render import fit_table
 from .models import JobState
@@ -66,12 +67,6 @@ def _state_text(state: str) -> Text:
     return Text(state, style=STATE_STYLE.get(state, ""))
 
 
-def _db_now(conn: ops.Conn) -> datetime:
-    row = conn.execute("SELECT now()").fetchone()
-    assert row is not None
-    return row[0]  # type: ignore[no-any-return]
-
-
 @jobs_app.command("list")
 def list_cmd(
     state: Annotated[str | None, typer.Option(help="Only jobs in this state.")] = None,
@@ -86,7 +81,7 @@ def list_cmd(
 
     def go() -> tuple[list[ops.JobSummary], datetime]:
         with connect(dsn) as conn:
-            return ops.list_jobs(conn, schema, state=state, queue=queue, task=task, limit=limit), _db_now(conn)
+            return ops.list_jobs(conn, schema, state=state, queue=queue, task=task, limit=limit), db_now(conn, schema)
 
     jobs, now = guard(go)
     if as_json:
@@ -123,7 +118,7 @@ def show_cmd(job_id: JobIdArg, as_json: JsonOpt = False, dsn: DsnOpt = None, sch
 
     def go() -> tuple[ops.JobDetail, datetime]:
         with connect(dsn) as conn:
-            return ops.get_job(conn, schema, job_id), _db_now(conn)
+            return ops.get_job(conn, schema, job_id), db_now(conn, schema)
 
     job, now = guard(go)
     if as_json:

@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import ops
+from ._admin_db import set_application_name
 from ._cli_common import DsnOpt, SchemaOpt, app, connect, console, guard
 from ._render import fit_table
 from .cli_jobs import ago, print_json, seconds
@@ -287,7 +288,7 @@ def top(
 
     def go() -> None:
         with connect(dsn) as conn:
-            conn.execute("SET application_name = 'pgqueue top'")
+            set_application_name(conn, schema, "pgqueue top")
             tp = Throughput()
             with Live(console=console, auto_refresh=False, transient=False) as live:
                 done = 0

@@ -14,13 +14,13 @@ import time
 from typing import Any
 
 import psycopg
-from psycopg import sql
 from rich.console import Console
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
+from . import _admin_db as db
 from ._cli_common import STATE_STYLE
 from ._dsn import display_dsn, open_connection
 from .app import App
@@ -95,9 +95,8 @@ def _enqueue_all(app: App, conn: psycopg.Connection[Any], total: int) -> int:
 
 
 def _counts(conn: psycopg.Connection[Any], schema: str) -> dict[str, int]:
-    query = sql.SQL("SELECT state::text, count(*) FROM {}.jobs GROUP BY 1").format(sql.Identifier(schema))
     counts = dict.fromkeys(STATES, 0)
-    counts.update(dict(conn.execute(query).fetchall()))
+    counts.update(db.demo_state_counts(conn, schema))
     return counts
 
 
@@ -111,7 +110,7 @@ def _state_line(counts: dict[str, int]) -> Text:
 
 def run_demo(dsn: str, schema: str, jobs: int, concurrency: int, console: Console) -> None:
     with open_connection(dsn) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+        db.demo_drop_schema(conn, schema)
         migrate(conn, schema)
         console.print(f"[bold]pgqueue demo[/] on schema [cyan]{schema}[/]: migrated")
         app = build_demo_app(dsn, schema)
@@ -123,16 +122,14 @@ def run_demo(dsn: str, schema: str, jobs: int, concurrency: int, console: Consol
         )
         elapsed = asyncio.run(_work(app, conn, schema, jobs, concurrency, console))
         counts = _counts(conn, schema)
-        retries = conn.execute(
-            sql.SQL("SELECT coalesce(sum(jsonb_array_length(errors)), 0) FROM {}.jobs").format(sql.Identifier(schema))
-        ).fetchone()
+        retries = db.demo_failed_attempts(conn, schema)
     finished = counts["completed"] + counts["discarded"] + counts["cancelled"]
     summary = Table(title="pgqueue demo: summary", show_header=False, title_justify="left")
     summary.add_column(style="bold")
     summary.add_column(justify="right")
     summary.add_row("jobs", f"{jobs:,}")
     summary.add_row("completed", f"{counts['completed']:,}")
-    summary.add_row("failed attempts (retried or dead)", f"{int(retries[0]) if retries else 0:,}")
+    summary.add_row("failed attempts (retried or dead)", f"{retries:,}")
     summary.add_row("discarded (dead letter)", f"{counts['discarded']:,}")
     summary.add_row("wall time", f"{elapsed:.2f}s")
     summary.add_row("throughput", f"{finished / elapsed:,.0f} jobs/s")

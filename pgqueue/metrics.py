@@ -32,7 +32,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ._sql import queries_for
+from ._admin_db import metrics_queue_stats
+from ._sql import validate_schema
 from .errors import ConfigError
 from .models import Job, JobState
 
@@ -54,7 +55,7 @@ class QueueStatsCollector(Collector):
 
     def __init__(self, dsn: str, schema: str, queues: Sequence[str], *, refresh_interval: float = 5.0) -> None:
         self.dsn = dsn
-        self.query = queries_for(schema)["metrics_queue_stats"]
+        self.schema = validate_schema(schema)
         self.queues = list(queues)
         self.refresh_interval = refresh_interval
         self.queries = 0  # how many times the view was read (tests check the cache)
@@ -97,7 +98,7 @@ class QueueStatsCollector(Collector):
         try:
             if self._conn is None or self._conn.closed:
                 self._conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=5)
-            rows = self._conn.execute(self.query, {"queues": self.queues}).fetchall()
+            rows = metrics_queue_stats(self._conn, self.schema, self.queues)
             self.queries += 1
             self._rows = {r[0]: tuple(float(v) for v in r[1:]) for r in rows}
         except psycopg.Error as exc:

@@ -6,8 +6,8 @@ import logging
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
+from . import _schema_db as db
 from ._dsn import migrate_hint
 from ._partitions import ensure_partitions
 from ._sql import load_migrations, validate_schema
@@ -43,45 +43,30 @@ def migrate(
         return _migrate(conn, schema, partition_days_ahead, max_payload_bytes)
     if not conn.autocommit:
         raise MigrationError("migrate(as_role=...) needs an autocommit connection")
-    conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(as_role)))
+    db.set_role(conn, schema, as_role)
     try:
         return _migrate(conn, schema, partition_days_ahead, max_payload_bytes)
     finally:
         if not conn.closed:
-            conn.execute("RESET ROLE")
+            db.reset_role(conn, schema)
 
 
 def _migrate(
     conn: psycopg.Connection[Any], schema: str, partition_days_ahead: int, max_payload_bytes: int | None
 ) -> list[int]:
-    ident = sql.Identifier(schema)
     applied_now: list[int] = []
     with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"pgqueue.migrate:{schema}"])
-        # Only when missing: CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even
-        # when the schema exists, which the owner role of an installed schema need not have.
-        if conn.execute("SELECT to_regnamespace(%s) IS NULL", [schema]).fetchone() == (True,):
-            conn.execute(sql.SQL("CREATE SCHEMA {}").format(ident))
-        conn.execute(
-            sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {}.migrations ("
-                " version integer PRIMARY KEY,"
-                " name text NOT NULL,"
-                " applied_at timestamptz NOT NULL DEFAULT now())"
-            ).format(ident)
-        )
-        done = {r[0] for r in conn.execute(sql.SQL("SELECT version FROM {}.migrations").format(ident))}
+        db.lock_wait(conn, "migrate", schema)
+        db.create_migrations_table(conn, schema)
+        done = db.migrations_applied(conn, schema)
         for migration in load_migrations():
             if migration.version in done:
                 continue
             try:
-                conn.execute(migration.bound(schema))
+                db.run_migration(conn, schema, migration)
             except psycopg.Error as exc:
                 raise MigrationError(f"migration {migration.version:04d}_{migration.name} failed: {exc}") from exc
-            conn.execute(
-                sql.SQL("INSERT INTO {}.migrations (version, name) VALUES (%s, %s)").format(ident),
-                [migration.version, migration.name],
-            )
+            db.record_migration(conn, schema, migration)
             applied_now.append(migration.version)
             log.info("applied migration %04d_%s to schema %s", migration.version, migration.name, schema)
         if max_payload_bytes is not None:
@@ -92,14 +77,7 @@ def _migrate(
 
 def payload_limit(conn: psycopg.Connection[Any], schema: str) -> int | None:
     """The server-side cap on stored argument bytes, read from its CHECK constraint."""
-    row = conn.execute(
-        "SELECT substring(pg_get_constraintdef(c.oid) from '<= ([0-9]+)')::bigint"
-        " FROM pg_constraint c JOIN pg_class t ON t.oid = c.conrelid"
-        " JOIN pg_namespace n ON n.oid = t.relnamespace"
-        " WHERE n.nspname = %s AND t.relname = 'jobs_live' AND c.conname = 'jobs_args_size'",
-        [schema],
-    ).fetchone()
-    return None if row is None else int(row[0])
+    return db.payload_limit(conn, schema)
 
 
 def set_payload_limit(conn: psycopg.Connection[Any], schema: str, max_bytes: int) -> None:
@@ -109,23 +87,14 @@ def set_payload_limit(conn: psycopg.Connection[Any], schema: str, max_bytes: int
     if payload_limit(conn, schema) == max_bytes:
         return
     with conn.transaction():
-        conn.execute("SET LOCAL lock_timeout = '10s'")
-        conn.execute(
-            sql.SQL(
-                "ALTER TABLE {s}.jobs_live DROP CONSTRAINT IF EXISTS jobs_args_size,"
-                " ADD CONSTRAINT jobs_args_size CHECK (pg_column_size(args) <= {n})"
-            ).format(s=sql.Identifier(schema), n=sql.Literal(max_bytes))
-        )
+        db.lock_timeout(conn, schema, 10)
+        db.set_payload_limit(conn, schema, max_bytes)
     log.info("server-side payload cap of schema %s set to %d bytes", schema, max_bytes)
 
 
 def current_version(conn: psycopg.Connection[Any], schema: str) -> int | None:
     """The schema's applied version, or None when pgqueue is not installed there."""
-    exists = conn.execute("SELECT to_regclass(%s)", [f'"{validate_schema(schema)}".migrations']).fetchone()
-    if exists is None or exists[0] is None:
-        return None
-    row = conn.execute(sql.SQL("SELECT max(version) FROM {}.migrations").format(sql.Identifier(schema))).fetchone()
-    return None if row is None else row[0]
+    return db.schema_version(conn, validate_schema(schema))
 
 
 def require_current(conn: psycopg.Connection[Any], schema: str) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -19,13 +18,14 @@ from typing import Any
 
 import psycopg
 import psycopg.errors
-from psycopg import sql
-from psycopg.rows import dict_row
 
+from . import _admin_db as db
+from . import _schema_db
+from ._admin_db import translate_errors
 from ._duration import parse_duration
-from ._partitions import lock_name as partition_lock_name
+from ._partitions import drop_day
 from ._sql import validate_schema
-from ._status import FailureGroup, Health, QueueStats, StatusSnapshot, WorkerInfo, status, translate_errors
+from ._status import FailureGroup, Health, QueueStats, StatusSnapshot, WorkerInfo, status
 from .errors import ConfigError, JobNotFoundError, PgQueueError
 from .models import FINAL_STATES, JobState
 
@@ -159,15 +159,6 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-_JOB_COLUMNS = sql.SQL(
-    "id, queue, task, state::text AS state, priority, attempt, max_attempts, run_at, created_at,"
-    " started_at, finished_at, unique_key, worker_id, jsonb_array_length(errors) AS error_count,"
-    " CASE WHEN jsonb_array_length(errors) > 0 THEN"
-    " coalesce(errors -> -1 ->> 'type', 'Error') || ': ' || coalesce(errors -> -1 ->> 'message', '')"
-    " END AS last_error, coalesce(scheduled_at, run_at) AS scheduled_at"
-)
-
-
 def _summary_kwargs(row: Mapping[str, Any]) -> dict[str, Any]:
     names = [f.name for f in dataclasses.fields(JobSummary)]
     out = {n: row[n] for n in names}
@@ -195,25 +186,14 @@ def list_jobs(
     """
     if not 1 <= limit <= MAX_LIST_LIMIT:
         raise ConfigError(f"limit must be between 1 and {MAX_LIST_LIMIT}, got {limit}")
-    s = sql.Identifier(validate_schema(schema))
-    where: list[sql.Composable] = []
-    params: dict[str, Any] = {"limit": limit}
-    if state is not None:
-        params["state"] = _state(state).value
-        where.append(sql.SQL("state = %(state)s::{}.job_state").format(s))
-    if queue is not None:
-        params["queue"] = queue
-        where.append(sql.SQL("queue = %(queue)s"))
-    if task is not None:
-        params["task"] = task
-        where.append(sql.SQL("task = %(task)s"))
-    query = sql.SQL("SELECT {cols} FROM {s}.jobs {where} ORDER BY id DESC LIMIT %(limit)s").format(
-        cols=_JOB_COLUMNS,
-        s=s,
-        where=sql.SQL("WHERE ") + sql.SQL(" AND ").join(where) if where else sql.SQL(""),
+    rows = db.list_jobs(
+        conn,
+        validate_schema(schema),
+        state=None if state is None else _state(state).value,
+        queue=queue,
+        task=task,
+        limit=limit,
     )
-    with translate_errors(conn, schema), conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(query, params).fetchall()
     return [JobSummary(**_summary_kwargs(r)) for r in rows]
 
 
@@ -223,12 +203,7 @@ def get_job(conn: Conn, schema: str, job_id: int) -> JobDetail:
     Raises:
         JobNotFoundError: no job has this id (it never existed or was purged).
     """
-    s = sql.Identifier(validate_schema(schema))
-    query = sql.SQL(
-        "SELECT {cols}, args, errors, lease_expires_at, cancel_requested_at FROM {s}.jobs WHERE id = %(id)s"
-    ).format(cols=_JOB_COLUMNS, s=s)
-    with translate_errors(conn, schema), conn.cursor(row_factory=dict_row) as cur:
-        row = cur.execute(query, {"id": job_id}).fetchone()
+    row = db.get_job(conn, validate_schema(schema), job_id)
     if row is None:
         raise JobNotFoundError(f"no job with id {job_id}")
     return JobDetail(
@@ -238,12 +213,6 @@ def get_job(conn: Conn, schema: str, job_id: int) -> JobDetail:
         lease_expires_at=row["lease_expires_at"],
         cancel_requested_at=row["cancel_requested_at"],
     )
-
-
-def _job_state(conn: Conn, schema: str, job_id: int) -> JobState | None:
-    query = sql.SQL("SELECT state::text FROM {}.jobs WHERE id = %s").format(sql.Identifier(schema))
-    row = conn.execute(query, [job_id]).fetchone()
-    return None if row is None else JobState(row[0])
 
 
 def cancel_job(conn: Conn, schema: str, job_id: int) -> JobState:
@@ -256,12 +225,10 @@ def cancel_job(conn: Conn, schema: str, job_id: int) -> JobState:
     Raises:
         JobNotFoundError: no job has this id.
     """
-    s = sql.Identifier(validate_schema(schema))
-    with translate_errors(conn, schema):
-        row = conn.execute(sql.SQL("SELECT {}.cancel_job(%s)::text").format(s), [job_id]).fetchone()
-    if row is None or row[0] is None:
+    state = db.cancel_job(conn, validate_schema(schema), job_id)
+    if state is None:
         raise JobNotFoundError(f"no job with id {job_id}")
-    return JobState(row[0])
+    return JobState(state)
 
 
 def retry_job(conn: Conn, schema: str, job_id: int) -> bool:
@@ -272,13 +239,10 @@ def retry_job(conn: Conn, schema: str, job_id: int) -> bool:
     Raises:
         JobNotFoundError: no job has this id.
     """
-    s = sql.Identifier(validate_schema(schema))
-    with translate_errors(conn, schema):
-        row = conn.execute(sql.SQL("SELECT {}.retry_job(%s)").format(s), [job_id]).fetchone()
-        if row is not None and row[0]:
-            return True
-        if _job_state(conn, schema, job_id) is None:
-            raise JobNotFoundError(f"no job with id {job_id}")
+    if db.retry_job(conn, validate_schema(schema), job_id):
+        return True
+    if db.job_state(conn, schema, job_id) is None:
+        raise JobNotFoundError(f"no job with id {job_id}")
     return False
 
 
@@ -301,34 +265,20 @@ def retry_jobs(
         raise ConfigError("only discarded or cancelled jobs can be retried")
     if batch_size < 1:
         raise ConfigError("batch_size must be at least 1")
-    s = sql.Identifier(validate_schema(schema))
-    query = sql.SQL(
-        "WITH candidates AS ("
-        " SELECT id, unique_key FROM {s}.{part} WHERE id > %(after)s AND (%(task)s::text IS NULL OR task = %(task)s)"
-        " ORDER BY id LIMIT %(batch)s),"
-        " picked AS ("
-        " SELECT DISTINCT ON (coalesce(c.unique_key, c.id::text)) c.id FROM candidates AS c"
-        " WHERE c.unique_key IS NULL"
-        " OR NOT EXISTS (SELECT FROM {s}.jobs_live AS l WHERE l.unique_key = c.unique_key)"
-        " ORDER BY coalesce(c.unique_key, c.id::text), c.id DESC)"
-        " SELECT (SELECT count(*) FILTER (WHERE {s}.retry_job(id)) FROM picked),"
-        " (SELECT count(*) FROM candidates), (SELECT max(id) FROM candidates)"
-    ).format(s=s, part=sql.Identifier(f"jobs_{st.value}"))
+    validate_schema(schema)
     retried, seen, after = 0, 0, 0
-    with translate_errors(conn, schema):
-        while True:
-            with conn.transaction():
-                row = conn.execute(query, {"after": after, "task": task, "batch": batch_size}).fetchone()
-            if row is None or row[2] is None:
-                return RetryResult(retried, seen - retried)
-            retried += int(row[0])
-            seen += int(row[1])
-            after = int(row[2])
+    while True:
+        got, saw, last = db.retry_batch(
+            conn, schema, partition=f"jobs_{st.value}", task=task, after=after, batch=batch_size
+        )
+        if last is None:
+            return RetryResult(retried, seen - retried)
+        retried += got
+        seen += saw
+        after = last
 
 
 # -- purge --------------------------------------------------------------------------------
-
-_PARTITION_DAY = re.compile(r"^jobs_(completed|discarded|cancelled)_(\d{8})$")
 
 
 def purge_jobs(
@@ -359,49 +309,32 @@ def purge_jobs(
         raise ConfigError("older_than must not be negative")
     if batch_size < 1:
         raise ConfigError("batch_size must be at least 1")
-    s = sql.Identifier(validate_schema(schema))
+    validate_schema(schema)
     parent = f"jobs_{st.value}"
+    cutoff, today = db.purge_cutoff(conn, schema, older_than)
     with translate_errors(conn, schema):
-        row = conn.execute("SELECT now() - %s::interval, (now() AT TIME ZONE 'UTC')::date", [older_than]).fetchone()
-        assert row is not None
-        cutoff: datetime = row[0]
-        today: date = row[1]
-        children = conn.execute(
-            "SELECT c.relname, c.reltuples::bigint FROM pg_inherits i"
-            " JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent"
-            " JOIN pg_namespace n ON n.oid = p.relnamespace WHERE n.nspname = %s AND p.relname = %s",
-            [schema, parent],
-        ).fetchall()
-        dropped: list[str] = []
-        estimate = 0
-        for name, reltuples in sorted(children):
-            match = _PARTITION_DAY.match(name)
-            if not match or match[1] != st.value:
-                continue
-            day = datetime.strptime(match[2], "%Y%m%d").replace(tzinfo=UTC)
-            # Yesterday's and today's partitions stay (a completion whose transaction began
-            # before midnight still lands in yesterday's); their old rows go by DELETE.
-            if day + timedelta(days=1) <= cutoff and day.date() < today - timedelta(days=1):
-                _drop_partition(conn, schema, name, lock_timeout)
-                dropped.append(name)
-                estimate += max(int(reltuples), 0)
-        # What is left before the cutoff sits in the boundary day (partition pruning keeps
-        # the DELETE there); keyset on id so every batch reads only rows not yet seen.
-        delete = sql.SQL(
-            "WITH doomed AS (SELECT id FROM {s}.{p} WHERE finished_at < %(cutoff)s AND id > %(after)s"
-            " ORDER BY id LIMIT %(batch)s),"
-            " gone AS (DELETE FROM {s}.{p} WHERE finished_at < %(cutoff)s AND id IN (SELECT id FROM doomed)"
-            " RETURNING id)"
-            " SELECT (SELECT count(*) FROM gone), (SELECT max(id) FROM doomed)"
-        ).format(s=s, p=sql.Identifier(parent))
-        deleted, after = 0, 0
-        while True:
-            with conn.transaction():
-                got = conn.execute(delete, {"cutoff": cutoff, "after": after, "batch": batch_size}).fetchone()
-            if got is None or got[1] is None:
-                break
-            deleted += int(got[0])
-            after = int(got[1])
+        partitions = _schema_db.partition_list(conn, schema)
+    dropped: list[str] = []
+    estimate = 0
+    for part in sorted(partitions, key=lambda p: p.child):
+        if part.parent != parent:
+            continue
+        day = datetime(part.day.year, part.day.month, part.day.day, tzinfo=UTC)
+        # Yesterday's and today's partitions stay (a completion whose transaction began
+        # before midnight still lands in yesterday's); their old rows go by DELETE.
+        if day + timedelta(days=1) <= cutoff and day.date() < today - timedelta(days=1):
+            _drop_partition(conn, schema, part.child, lock_timeout)
+            dropped.append(part.child)
+            estimate += max(part.reltuples, 0)
+    # What is left before the cutoff sits in the boundary day (partition pruning keeps
+    # the DELETE there); keyset on id so every batch reads only rows not yet seen.
+    deleted, after = 0, 0
+    while True:
+        gone, last = db.purge_batch(conn, schema, partition=parent, cutoff=cutoff, after=after, batch=batch_size)
+        if last is None:
+            break
+        deleted += gone
+        after = last
     return PurgeResult(st, cutoff, dropped, estimate, deleted)
 
 
@@ -416,8 +349,8 @@ def _drop_partition(conn: Conn, schema: str, name: str, lock_timeout: float) -> 
 
 
 def _drop_partition_now(conn: Conn, schema: str, name: str, lock_timeout: float) -> None:
-    with conn.transaction():
-        conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(f"{int(lock_timeout * 1000)}ms")))
+    with translate_errors(conn, schema), conn.transaction():
+        _schema_db.lock_timeout(conn, schema, lock_timeout)
         # The same lock as partition creation: never races a worker's maintenance.
-        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [partition_lock_name(schema)])
-        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}.{}").format(sql.Identifier(schema), sql.Identifier(name)))
+        _schema_db.lock_wait(conn, "partitions", schema)
+        drop_day(conn, schema, name)

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
-from ._sql import sql_root, validate_schema
+from . import _schema_db as db
+from ._sql import validate_schema
 from .errors import ConfigError
 
 __all__ = ["RoleNames", "apply_roles", "render_roles_sql", "role_names"]
@@ -46,29 +46,20 @@ def role_names(schema: str, prefix: str | None = None) -> RoleNames:
     return RoleNames(f"{prefix}_owner", f"{prefix}_producer", f"{prefix}_worker", f"{prefix}_inspector")
 
 
-def _composed(schema: str, names: RoleNames) -> sql.Composed:
+def _by_kind(schema: str, names: RoleNames) -> dict[str, str]:
     if schema == "public":
         raise ConfigError("roles need pgqueue in its own schema, not public")
-    text = (sql_root() / "roles.sql").read_text("utf-8")  # our own package file, never user input
-    params: dict[str, sql.Composable] = {"schema": sql.Identifier(schema), "schema_name": sql.Literal(schema)}
-    for kind, name in zip(("owner", "producer", "worker", "inspector"), names.all(), strict=True):
-        params[kind] = sql.Identifier(name)
-        params[f"{kind}_name"] = sql.Literal(name)
-    return sql.SQL(text).format(**params)
+    return dict(zip(("owner", "producer", "worker", "inspector"), names.all(), strict=True))
 
 
 def render_roles_sql(schema: str, prefix: str | None = None) -> str:
     """The roles SQL for ``schema``, ready for ``psql`` (wrapped in one transaction)."""
-    names = role_names(schema, prefix)
-    body = _composed(schema, names).as_string(None)
-    return f"BEGIN;\n\n{body.strip()}\n\nCOMMIT;\n"
+    return db.roles_script_text(schema, _by_kind(schema, role_names(schema, prefix)))
 
 
 def apply_roles(conn: psycopg.Connection[Any], schema: str, prefix: str | None = None) -> RoleNames:
     """Create the roles (when missing), give the schema to the owner role and grant the
     others their privileges, in one transaction. Needs a superuser connection."""
     names = role_names(schema, prefix)
-    statement = _composed(schema, names)
-    with conn.transaction():
-        conn.execute(statement)
+    db.run_roles_script(conn, schema, _by_kind(schema, names))
     return names

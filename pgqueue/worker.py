@@ -57,7 +57,6 @@ from ._partitions import ensure_partitions
 from ._registry import CancelFlags, Registry
 from ._safe_json import configure_connection
 from ._service import RECONNECT_BACKOFF
-from ._sql import channel_name
 from .app import App
 from .config import DEFAULT_QUEUE, WorkerConfig
 from .errors import DatabaseUnavailableError
@@ -219,7 +218,7 @@ class Worker:
             if cfg.listen:
                 self.listener = Listener(
                     dsn,
-                    channel_name(self.app.schema),
+                    self.db,
                     self.queues,
                     self.wake,
                     health_interval=cfg.listener_health_interval,

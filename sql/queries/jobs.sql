@@ -202,3 +202,11 @@ WITH locked AS MATERIALIZED (
     SELECT pg_notify({channel}, q) FROM (SELECT DISTINCT queue FROM released) AS r(q)
 )
 SELECT (SELECT count(*) FROM released), (SELECT count(*) FROM notified)
+
+-- name: queue_listen
+-- The listener's subscription to the schema's wake-up channel.
+LISTEN {channel_ident}
+
+-- name: connection_ping
+-- The listener's health check on a quiet connection.
+SELECT 1

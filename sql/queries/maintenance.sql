@@ -86,24 +86,6 @@ SELECT (SELECT ok FROM leader) AS leader,
        (SELECT count(*) FROM notified) AS notified,
        now() AS now
 
--- name: partition_lock
--- Serialises partition maintenance across nodes for the current transaction.
-SELECT pg_try_advisory_xact_lock(hashtextextended(%(lock_name)s, 0))
-
--- name: partition_list
--- Day partitions that exist under the finished-job parents.
-SELECT parent.relname AS parent, child.relname AS child
-FROM pg_inherits AS i
-JOIN pg_class AS parent ON parent.oid = i.inhparent
-JOIN pg_class AS child ON child.oid = i.inhrelid
-JOIN pg_namespace AS n ON n.oid = parent.relnamespace
-WHERE n.nspname = %(schema)s
-  AND parent.relname IN ('jobs_completed', 'jobs_discarded', 'jobs_cancelled')
-
--- name: db_today
--- Today's date on the database clock, in UTC (partition bounds are UTC days).
-SELECT (now() AT TIME ZONE 'UTC')::date
-
 -- name: live_dead_tuples
 -- Dead and live row versions of the live partition (cumulative statistics), and whether
 -- this session may VACUUM it (the owner; from PostgreSQL 17 also the MAINTAIN privilege):

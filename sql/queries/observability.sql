@@ -39,22 +39,6 @@ ON CONFLICT (name) DO UPDATE
 SET value = excluded.value, updated_at = excluded.updated_at, updated_by = excluded.updated_by
 WHERE s.value IS DISTINCT FROM excluded.value
 
--- name: retention_partitions
--- Finished-job day partitions, with the parent's state and the partition's day (UTC).
-SELECT parent.relname AS parent, child.relname AS child, to_date(right(child.relname, 8), 'YYYYMMDD') AS day
-FROM pg_inherits AS i
-JOIN pg_class AS parent ON parent.oid = i.inhparent
-JOIN pg_class AS child ON child.oid = i.inhrelid
-JOIN pg_namespace AS n ON n.oid = parent.relnamespace
-WHERE n.nspname = %(schema)s
-  AND parent.relname IN ('jobs_completed', 'jobs_discarded', 'jobs_cancelled')
-  AND child.relname ~ '_[0-9]{{8}}$'
-ORDER BY day
-
--- name: retention_now
--- The database clock, to compare partition bounds with.
-SELECT now()
-
 -- name: metrics_queue_stats
 -- Depth and lag of the queues a worker serves, for its Prometheus gauges.
 SELECT queue, available, scheduled, running, retryable, lag_seconds
