@@ -1,15 +1,20 @@
-"""The test suite's own helpers (tests/conftest.py): a worker that hangs on shutdown fails
-its test with the stacks that show where it hangs, instead of a bare timeout."""
+"""The test suite's own helpers: a worker that hangs on shutdown fails its test with the
+stacks that show where it hangs (tests/conftest.py), and the hostile tests' ``intact``
+check tolerates what the clock legitimately changes (tests/hostile_support.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from datetime import date
 from typing import Any
 
+import psycopg
 import pytest
 
+from pgqueue._partitions import _create_day
 from tests.conftest import running_worker, task_and_thread_stacks
+from tests.hostile_support import Check
 
 
 class HangingWorker:
@@ -58,3 +63,23 @@ def test_stacks_name_every_thread() -> None:
         thread.join(10)
     assert "Thread parked-helper:" in stacks
     assert "Thread MainThread:" in stacks
+
+
+def test_intact_allows_day_partitions_created_ahead_but_not_dropped(
+    conn: psycopg.Connection[Any], intact: Check
+) -> None:
+    # What the worker's partition upkeep does once the date moves on (past midnight UTC).
+    with conn.transaction():
+        _create_day(conn, "pgqueue", "jobs_completed", date(2099, 1, 1))
+    intact()
+    existing = conn.execute(
+        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+        " WHERE i.inhparent = 'pgqueue.jobs_discarded'::regclass ORDER BY 1 LIMIT 1"
+    ).fetchone()
+    assert existing is not None
+    conn.execute(f"DROP TABLE pgqueue.{existing[0]}")
+    with pytest.raises(AssertionError, match="day partitions gone"):
+        intact()
+    conn.execute("DELETE FROM public.canary")
+    with pytest.raises(AssertionError):
+        intact()
