@@ -19,6 +19,7 @@ import traceback
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from pytest_postgresql import factories
 
 import pgqueue
+from pgqueue._partitions import FINISHED_PARENTS, drop_day, ensure_partitions, partition_name
 from pgqueue.migrate import migrate
 
 pytest_plugins = ["tests.enqueue_support", "tests.hostile_support", "tests.roles_support"]
@@ -94,7 +96,31 @@ def server_dsn(dbname: str = "postgres") -> str:
 @pytest.fixture
 def dsn(postgresql: psycopg.Connection[Any]) -> str:
     """Connection string of this test's own freshly migrated database."""
-    return server_dsn(postgresql.info.dbname)
+    dsn = server_dsn(postgresql.info.dbname)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        freshen_day_partitions(conn)
+    return dsn
+
+
+def freshen_day_partitions(conn: psycopg.Connection[Any], schema: str = "pgqueue") -> None:
+    """Give a clone of the session's template the (empty) day partitions a migration would
+    create today: the template was migrated when the session began, maybe yesterday (UTC),
+    and tests count on the partitions migrate makes around the current date."""
+    today: date = conn.execute("SELECT (now() AT TIME ZONE 'UTC')::date").fetchone()[0]  # type: ignore[index]
+    want = {partition_name(p, today + timedelta(days=d)) for p in FINISHED_PARENTS for d in range(-1, 3)}
+    have = {
+        r[0]
+        for r in conn.execute(
+            "SELECT c.relname FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid"
+            " WHERE i.inhparent = ANY(%s::regclass[])",
+            [[f"{schema}.{p}" for p in FINISHED_PARENTS]],
+        )
+    }
+    if have == want:
+        return
+    for name in sorted(have - want):
+        drop_day(conn, schema, name)
+    ensure_partitions(conn, schema, days_ahead=2, wait=True)
 
 
 @pytest.fixture

@@ -138,20 +138,22 @@ _LAUNCH_TOP = (
 @pytest.mark.parametrize("disposition", ["SIG_DFL", "SIG_IGN"])
 def test_top_exits_cleanly_on_ctrl_c(dsn: str, conn: psycopg.Connection[Any], disposition: str) -> None:
     with subprocess.Popen(
-        [sys.executable, "-c", _LAUNCH_TOP, disposition, "--dsn", dsn, "--interval", "0.2"],
+        [sys.executable, "-c", _LAUNCH_TOP, disposition, "--dsn", dsn, "--interval", "60"],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     ) as proc:
         try:
-            # Interrupt once it is inside its refresh loop: its connection (in this test's
-            # own database) has run a query after setting its name.
+            # Interrupt once it is inside its refresh loop, between two refreshes: its
+            # connection (in this test's own database) is idle after a refresh's queries,
+            # and the next refresh is a minute away.
             wait_until(
                 lambda: (
                     conn.execute(
                         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                        " AND application_name = 'pgqueue top' AND query NOT LIKE 'SET application_name%%'"
+                        " AND application_name = 'pgqueue top' AND state = 'idle'"
+                        " AND query NOT LIKE 'SET application_name%%'"
                     ).fetchone()
                     == (1,)
                 )
