@@ -31,6 +31,9 @@ from pytest_postgresql import factories
 import pgqueue
 from pgqueue.migrate import migrate
 
+# The repository root, wherever the test module asking for it sits in tests/.
+REPO = Path(__file__).resolve().parent.parent
+
 pytest_plugins = ["tests.enqueue_support", "tests.hostile_support", "tests.roles_support"]
 
 _embedded: Any = None

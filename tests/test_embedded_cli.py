@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from pgqueue.embedded import SYSTEM_USER, wheel_major
+from tests.conftest import REPO
 from tests.embedded_support import throwaway_pgdata
 
-REPO = Path(__file__).resolve().parent.parent
 PGQUEUE = Path(sys.executable).with_name("pgqueue")
 
 

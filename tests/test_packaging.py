@@ -18,8 +18,7 @@ import psycopg
 import pytest
 
 from pgqueue._sql import load_migrations
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.conftest import REPO
 
 
 def _env() -> dict[str, str]:
