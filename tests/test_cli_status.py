@@ -22,9 +22,9 @@ from pgqueue._dsn import display_dsn
 from pgqueue.cli import app as cli_app
 from pgqueue.cli_status import Throughput, sparkline
 from tests.apps.support import REPO
+from tests.cli_support import assert_one_clear_error
 from tests.conftest import running_worker, wait_until
 from tests.ops_support import enqueue, error_entry, insert_finished
-from tests.test_cli import assert_one_clear_error
 
 
 def cli(*args: str) -> Result:
