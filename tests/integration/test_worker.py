@@ -148,7 +148,9 @@ async def test_worker_never_claims_an_unregistered_task(app: pgqueue.App, conn: 
     assert row is not None
     unknown_id = int(row[0])
     known_id = known.enqueue(conn)
-    async with running_worker(app) as worker:
+    # Claims that find nothing come from polls: poll fast while listening too, or each of the
+    # three below waits for the listener's safety-net poll.
+    async with running_worker(app, poll_interval_listening=0.2) as worker:
         await async_wait_until(lambda: is_final(conn, known_id))
         # Let several more claims pass over the unknown job.
         empty = worker.stats.empty_claims
@@ -169,7 +171,8 @@ async def test_queues_filter(app: pgqueue.App, conn: psycopg.Connection[Any]) ->
 
     a_id = q_task.enqueue(conn, where="a")
     b_id = q_task.options(queue="b").enqueue(conn, where="b")
-    async with running_worker(app, queues=("a",)) as worker:
+    # Poll fast while listening too: the empty claims awaited below come from polls.
+    async with running_worker(app, queues=("a",), poll_interval_listening=0.2) as worker:
         assert worker.queues == ("a",)
         await async_wait_until(lambda: is_final(conn, a_id))
         empty = worker.stats.empty_claims
