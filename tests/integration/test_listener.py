@@ -71,7 +71,8 @@ async def test_notification_for_another_queue_does_not_run_its_jobs(
 ) -> None:
     done: dict[int, float] = {}
     ping = _task(app, done)
-    async with running_worker(app, queues=("default",), poll_interval=0.3) as worker:
+    # Poll fast while listening too: the empty claims awaited below come from polls.
+    async with running_worker(app, queues=("default",), poll_interval=0.3, poll_interval_listening=0.3) as worker:
         await idle(worker)
         other = ping.options(queue="elsewhere").enqueue(conn)
         mine = ping.enqueue(conn)
