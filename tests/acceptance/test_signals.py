@@ -24,7 +24,7 @@ import psycopg
 import pytest
 
 import pgqueue
-from pgqueue._stop_signals import REPEAT_WINDOW, StopSignals, Verdict
+from pgqueue._stop_signals import REPEAT_WINDOW
 from tests.apps.support import REPO, create_test_tables, enqueue_sql, job_row, ledger, state_of, worker_process
 from tests.conftest import async_wait_until, running_worker, wait_until
 
@@ -123,23 +123,6 @@ def assert_completed_once(conn: psycopg.Connection[Any], job_ids: list[int]) -> 
 
 
 # -- the stop signal helper ------------------------------------------------------------
-
-
-def test_the_same_signal_within_the_window_counts_once() -> None:
-    now = [100.0]
-    signals = StopSignals(clock=lambda: now[0])
-    assert signals.receive(signal.SIGINT) is Verdict.STOP
-    now[0] += REPEAT_WINDOW - 0.01
-    assert signals.receive(signal.SIGINT) is Verdict.REPEAT
-    now[0] += 0.02  # past the window, counted from the first signal
-    assert signals.receive(signal.SIGINT) is Verdict.FORCE
-    assert signals.receive(signal.SIGINT) is Verdict.FORCE
-
-
-def test_another_signal_within_the_window_is_a_second_request() -> None:
-    signals = StopSignals(clock=lambda: 5.0)
-    assert signals.receive(signal.SIGTERM) is Verdict.STOP
-    assert signals.receive(signal.SIGINT) is Verdict.FORCE
 
 
 # -- a stop from the process group ------------------------------------------------------

@@ -12,33 +12,14 @@ from typing import Any
 
 import psycopg
 import pytest
-from typer.testing import CliRunner, Result
 
 from pgqueue._sql import load_migrations
-from pgqueue.cli import app as cli_app
 from pgqueue.migrate import latest_version
 from tests.apps.support import REPO, create_test_tables, job_row, ledger, worker_process
+from tests.cli_support import assert_one_clear_error, invoke
 from tests.conftest import wait_until
 
 UNREACHABLE = "postgresql://postgres@127.0.0.1:1/x?connect_timeout=3"
-
-
-def invoke(*args: str) -> Result:
-    return CliRunner().invoke(cli_app, list(args), env={"PGQUEUE_DSN": None, "PGQUEUE_SCHEMA": None})
-
-
-def error_lines(text: str) -> list[str]:
-    return [line for line in text.splitlines() if line.strip()]
-
-
-def assert_one_clear_error(result_code: int, stderr: str, *needles: str) -> None:
-    assert result_code != 0
-    assert "Traceback" not in stderr, stderr
-    lines = error_lines(stderr)
-    assert len(lines) == 1, f"expected one line, got:\n{stderr}"
-    assert lines[0].startswith("error:"), lines[0]
-    for needle in needles:
-        assert needle in lines[0], lines[0]
 
 
 def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:

@@ -16,9 +16,9 @@ from typer.testing import CliRunner, Result
 import pgqueue
 from pgqueue._dsn import display_dsn
 from pgqueue.cli import app as cli_app
+from tests.cli_support import assert_one_clear_error, invoke
 from tests.conftest import async_wait_until, running_worker
 from tests.ops_support import TRACEBACK, enqueue, error_entry, insert_finished, state_of
-from tests.test_cli import assert_one_clear_error, invoke
 
 SUMMARY_KEYS = {
     "id",

@@ -14,9 +14,9 @@ import pytest
 import pgqueue
 from pgqueue._task_args import ArgsChecker
 from tests.apps.support import is_final, job_row
+from tests.cli_support import invoke
 from tests.conftest import async_wait_until, running_worker
 from tests.enqueue_support import count_jobs, count_uploads
-from tests.test_cli import invoke
 
 Conn = psycopg.Connection[Any]
 

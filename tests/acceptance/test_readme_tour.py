@@ -21,9 +21,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.conftest import wait_until
+from tests.conftest import REPO, wait_until
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 

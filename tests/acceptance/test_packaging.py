@@ -18,8 +18,7 @@ import psycopg
 import pytest
 
 from pgqueue._sql import load_migrations
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.conftest import REPO
 
 
 def _env() -> dict[str, str]:
@@ -72,6 +71,7 @@ def test_wheel_carries_every_sql_file(wheel: Path) -> None:
     assert not any(n.startswith(("tests/", "sql/", "bench/")) for n in names), sorted(names)
 
 
+@pytest.mark.slow  # a fresh venv, pip and an install
 def test_migrate_from_installed_wheel(wheel: Path, tmp_path: Path, empty_dsn: str) -> None:
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", str(venv)], cwd=tmp_path)

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -21,11 +21,11 @@ import pgqueue
 from pgqueue import ops
 from pgqueue._dsn import display_dsn
 from pgqueue.cli import app as cli_app
-from pgqueue.cli_status import Throughput, sparkline
+from pgqueue.cli_status import Throughput
 from tests.apps.support import REPO
+from tests.cli_support import assert_one_clear_error
 from tests.conftest import running_worker, wait_until
 from tests.ops_support import enqueue, error_entry, insert_finished
-from tests.test_cli import assert_one_clear_error
 
 
 def cli(*args: str) -> Result:
@@ -181,28 +181,6 @@ def test_top_in_process_gives_back_the_callers_sigint_handler(dsn: str) -> None:
 # -- throughput ---------------------------------------------------------------------------
 
 
-def _snap(at: datetime, c1: int, c5: int) -> ops.StatusSnapshot:
-    queue = ops.QueueStats(queue="q", completed_1m=c1, completed_5m=c5)
-    return ops.StatusSnapshot(at=at, queues=[queue], workers=[], failures=[], health=None, retention=[])
-
-
-def test_throughput_estimate_for_a_burst_and_a_steady_rate() -> None:
-    t0 = datetime(2026, 1, 1, tzinfo=UTC)
-    tp = Throughput()
-    tp.update(_snap(t0, 0, 0))
-    assert list(tp.history) == []
-    tp.update(_snap(t0 + timedelta(seconds=1), 500, 500))  # a burst: all new
-    tp.update(_snap(t0 + timedelta(seconds=2), 500, 500))  # nothing since
-    assert list(tp.history) == [500, 0]
-    assert list(tp.rates) == [500, 0]
-
-    steady = Throughput()  # 10 jobs/s for minutes: the 1-minute window no longer grows
-    for i in range(4):
-        steady.update(_snap(t0 + timedelta(seconds=2 * i), 600, 3000))
-    assert list(steady.history) == [20, 20, 20]
-    assert list(steady.rates) == [10, 10, 10]
-
-
 def test_throughput_from_real_snapshots(conn: psycopg.Connection[Any]) -> None:
     tp = Throughput()
     first = ops.status(conn, retention=False)
@@ -214,9 +192,3 @@ def test_throughput_from_real_snapshots(conn: psycopg.Connection[Any]) -> None:
         second = replace(second, at=first.at + timedelta(microseconds=1))
     tp.update(second)
     assert list(tp.history) == [7]
-
-
-def test_sparkline_scales_to_the_peak() -> None:
-    assert sparkline([0, 0]) == "▁▁"
-    assert sparkline([0, 50, 100]) == "▁▅█"
-    assert sparkline([]) == ""

@@ -21,9 +21,11 @@ def _task(app: pgqueue.App, done: dict[int, float], name: str = "ping") -> pgque
     return ping
 
 
-async def wait_completed(conn: psycopg.Connection[Any], done: dict[int, float], job_id: int) -> None:
-    await async_wait_until(lambda: job_id in done, timeout=5)
-    await async_wait_until(lambda: state_of(conn, job_id) == "completed", timeout=5)
+async def wait_completed(
+    conn: psycopg.Connection[Any], done: dict[int, float], job_id: int, timeout: float = 5
+) -> None:
+    await async_wait_until(lambda: job_id in done, timeout=timeout)
+    await async_wait_until(lambda: state_of(conn, job_id) == "completed", timeout=timeout)
 
 
 async def idle(worker: pgqueue.Worker) -> None:
@@ -37,17 +39,19 @@ async def test_listen_wakes_an_idle_worker_long_before_the_poll_interval(
 ) -> None:
     done: dict[int, float] = {}
     ping = _task(app, done)
-    async with running_worker(app, poll_interval=30, maintenance_interval=30) as worker:
+    # Every poll far beyond the wait: a job that runs at all was woken by its notification,
+    # however slow the machine.
+    never = 3600
+    async with running_worker(
+        app, poll_interval=never, poll_interval_listening=never, maintenance_interval=never
+    ) as worker:
         assert worker.listener is not None
         await asyncio.wait_for(worker.listener.connected.wait(), 10)
         await idle(worker)
         claims_before = worker.stats.claims
-        for _ in range(3):  # several round trips, each must be fast
-            t0 = time.monotonic()
+        for _ in range(3):  # several round trips, each woken by NOTIFY
             job_id = ping.enqueue(conn)
-            await wait_completed(conn, done, job_id)
-            # Far below the 30 s poll interval, with room for a loaded machine.
-            assert done[job_id] - t0 < 10.0, f"pickup took {done[job_id] - t0:.3f}s with a 30s poll interval"
+            await wait_completed(conn, done, job_id, timeout=60)
         # Woken by notifications, not by spinning: a handful of claims per job at most.
         assert worker.stats.claims - claims_before <= 3 * 3
 
@@ -58,11 +62,8 @@ async def test_without_listen_polling_still_runs_jobs(app: pgqueue.App, conn: ps
     async with running_worker(app, listen=False, poll_interval=0.3) as worker:
         assert worker.listener is None
         await idle(worker)
-        t0 = time.monotonic()
         job_id = ping.enqueue(conn)
-        await async_wait_until(lambda: job_id in done, timeout=5)
-        assert done[job_id] - t0 < 0.3 + 1.2  # one poll interval, plus slack for a busy machine
-        await async_wait_until(lambda: state_of(conn, job_id) == "completed", timeout=5)
+        await wait_completed(conn, done, job_id, timeout=60)
 
 
 async def test_notification_for_another_queue_does_not_run_its_jobs(
@@ -70,12 +71,15 @@ async def test_notification_for_another_queue_does_not_run_its_jobs(
 ) -> None:
     done: dict[int, float] = {}
     ping = _task(app, done)
-    async with running_worker(app, queues=("default",), poll_interval=0.3) as worker:
+    # Poll fast while listening too: the empty claims awaited below come from polls.
+    async with running_worker(app, queues=("default",), poll_interval=0.3, poll_interval_listening=0.3) as worker:
         await idle(worker)
         other = ping.options(queue="elsewhere").enqueue(conn)
         mine = ping.enqueue(conn)
         await async_wait_until(lambda: mine in done, timeout=5)
-        await asyncio.sleep(0.4)  # a negative check: give it more than a poll interval to misbehave
+        # A negative check: two more polls that found nothing for this worker's queue.
+        polls = worker.stats.empty_claims
+        await async_wait_until(lambda: worker.stats.empty_claims >= polls + 2, timeout=60)
     assert other not in done
     assert state_of(conn, other) == "available"
 
@@ -85,7 +89,9 @@ async def test_listener_reconnects_after_its_backend_is_terminated(
 ) -> None:
     done: dict[int, float] = {}
     ping = _task(app, done)
-    async with running_worker(app, poll_interval=0.5) as worker:
+    # While the listener is down the worker polls every poll_interval; the safety poll of a
+    # healthy listener is far past the wait, so it cannot be what runs the job.
+    async with running_worker(app, poll_interval=0.5, poll_interval_listening=3600) as worker:
         listener = worker.listener
         assert listener is not None
         await asyncio.wait_for(listener.connected.wait(), 10)
@@ -94,10 +100,8 @@ async def test_listener_reconnects_after_its_backend_is_terminated(
         assert old_pid is not None
         row = conn.execute("SELECT pg_terminate_backend(%s)", [old_pid]).fetchone()
         assert row == (True,)
-        t0 = time.monotonic()
         job_id = ping.enqueue(conn)
-        await async_wait_until(lambda: job_id in done, timeout=5)
-        assert done[job_id] - t0 < 0.5 + 1.5  # within about a poll interval
+        await async_wait_until(lambda: job_id in done, timeout=60)
         await async_wait_until(lambda: listener.reconnects >= 1 and listener.backend_pid != old_pid, timeout=10)
         await asyncio.wait_for(listener.connected.wait(), 10)
         alive = conn.execute(
@@ -112,8 +116,12 @@ async def test_reconnected_listener_delivers_notifications_again(
 ) -> None:
     done: dict[int, float] = {}
     ping = _task(app, done)
-    # A 30s poll: after the reconnection only a working LISTEN can pick the job up fast.
-    async with running_worker(app, poll_interval=30, maintenance_interval=30) as worker:
+    # Every poll far beyond the wait: after the reconnection only a working LISTEN can pick
+    # the job up.
+    never = 3600
+    async with running_worker(
+        app, poll_interval=never, poll_interval_listening=never, maintenance_interval=never
+    ) as worker:
         listener = worker.listener
         assert listener is not None
         await asyncio.wait_for(listener.connected.wait(), 10)
@@ -122,8 +130,6 @@ async def test_reconnected_listener_delivers_notifications_again(
         conn.execute("SELECT pg_terminate_backend(%s)", [old_pid])
         await async_wait_until(lambda: listener.backend_pid not in (None, old_pid) and listener.connected.is_set())
         await idle(worker)
-        t0 = time.monotonic()
         job_id = ping.enqueue(conn)
-        await async_wait_until(lambda: job_id in done, timeout=5)
-        assert done[job_id] - t0 < 1.0
+        await async_wait_until(lambda: job_id in done, timeout=60)
         assert listener.reconnects >= 1

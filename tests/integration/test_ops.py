@@ -174,20 +174,6 @@ def test_retry_jobs_in_batches_and_by_task(conn: psycopg.Connection[Any]) -> Non
 # -- purge --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("text", "seconds"),
-    [("7d", 604800), ("12h", 43200), ("90m", 5400), ("30s", 30), ("1d12h", 129600), ("2w", 1209600), ("1.5h", 5400)],
-)
-def test_parse_duration(text: str, seconds: float) -> None:
-    assert ops.parse_duration(text) == timedelta(seconds=seconds)
-
-
-@pytest.mark.parametrize("text", ["", "7", "d", "7x", "-1d", "7d junk", "1h-"])
-def test_parse_duration_rejects(text: str) -> None:
-    with pytest.raises(pgqueue.ConfigError, match="invalid duration"):
-        ops.parse_duration(text)
-
-
 def _purge_today(cutoff: datetime, older_than: timedelta) -> date:
     """The UTC day the purge saw as today: its cutoff is its now() - older_than (a date
     read after it could be the next day)."""

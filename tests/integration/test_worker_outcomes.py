@@ -167,16 +167,14 @@ async def test_async_timeout_fails_the_attempt_and_retries(app: pgqueue.App, con
     async def too_slow_async() -> None:
         nonlocal cancelled
         try:
-            await asyncio.sleep(5)
+            await asyncio.Event().wait()  # never returns: only the timeout ends the attempt
         except asyncio.CancelledError:
             cancelled += 1
             raise
 
     job_id = too_slow_async.enqueue(conn)
-    t0 = time.monotonic()
     async with running_worker(app):
-        await async_wait_until(lambda: is_final(conn, job_id), timeout=10)
-    assert time.monotonic() - t0 < 4
+        await async_wait_until(lambda: is_final(conn, job_id), timeout=60)
     row = job_row(conn, job_id)
     assert (row["state"], row["attempt"]) == ("discarded", 2)
     assert [e["type"] for e in row["errors"]] == ["builtins.TimeoutError", "builtins.TimeoutError"]

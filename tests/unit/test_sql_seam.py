@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "pgqueue"
+from tests.conftest import REPO
+
+PACKAGE = REPO / "pgqueue"
 
 #: The modules that may run SQL: the loader and the DB layer.
 DB_MODULES = frozenset({"_sql", "_jobs_db", "_cron_db", "_enqueue_db", "_admin_db", "_schema_db"})

@@ -20,10 +20,8 @@ import pgqueue
 from pgqueue import Schedule, ops
 from pgqueue.errors import SchemaNotInstalledError
 from tests.apps.cron_support import scheduler
+from tests.conftest import REPO
 from tests.ops_support import enqueue, error_entry, insert_finished
-
-REPO = Path(__file__).resolve().parent.parent
-
 
 PGQUEUE = Path(sys.executable).with_name("pgqueue")  # the installed entry point
 UNREACHABLE = "postgresql://postgres@127.0.0.1:1/x?connect_timeout=3"

@@ -13,9 +13,8 @@ import pytest
 
 from pgqueue.embedded import embedded_dsn
 from pgqueue.migrate import latest_version
+from tests.conftest import REPO
 from tests.embedded_support import throwaway_pgdata
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def test_demo_runs_to_completion_and_summarises(dsn: str) -> None:

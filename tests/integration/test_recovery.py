@@ -276,7 +276,8 @@ def test_sigterm_releases_a_job_longer_than_the_shutdown_timeout(
     dsn: str, conn: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
     create_test_tables(conn)
-    job_id = enqueue_sql(conn, "slow", '{"key": "t2", "seconds": 8.0}')
+    # The job outlasts the test: the worker exiting at all shows it released the job.
+    job_id = enqueue_sql(conn, "slow", '{"key": "t2", "seconds": 3600.0}')
     with worker_process(
         dsn,
         "tests.apps.basic:app",
@@ -289,11 +290,9 @@ def test_sigterm_releases_a_job_longer_than_the_shutdown_timeout(
         log=tmp_path / "w.log",
     ) as w:
         wait_until(lambda: ledger(conn, "t2", "start"), timeout=15)
-        t0 = time.monotonic()
         w.signal(signal.SIGTERM)
-        code = w.wait(6)
+        code = w.wait(60)
         assert code == 0, w.output()
-        assert time.monotonic() - t0 < 6
         assert "released 1" in w.output()
     row = job_row(conn, job_id)
     assert (row["state"], row["attempt"], row["lease_token"], row["worker_id"]) == ("available", 0, None, None)

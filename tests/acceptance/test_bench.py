@@ -19,6 +19,9 @@ from bench.__main__ import app
 CONTENDERS = "pgqueue,raw-sql-b100"
 NAMES = ("pgqueue", "raw-sql-b100")
 
+# Each runs a whole workload end to end: seconds each on an idle machine, far more under load.
+pytestmark = pytest.mark.slow
+
 
 def bench(dsn: str, tmp_path: Path, workload: str, *args: str, contenders: str = CONTENDERS) -> dict[str, Any]:
     out = tmp_path / f"{workload}.json"

@@ -17,8 +17,8 @@ from pgqueue._retention import apply_retention, expired_partitions, retention_of
 from pgqueue.config import WorkerConfig
 from pgqueue.errors import ConfigError
 from tests.apps.support import worker_process
+from tests.cli_support import assert_one_clear_error, invoke
 from tests.conftest import wait_until
-from tests.test_cli import assert_one_clear_error, invoke
 
 Conn = psycopg.Connection[Any]
 DAY = 86400.0

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from pgqueue.embedded import SYSTEM_USER, wheel_major
+from tests.conftest import REPO
 from tests.embedded_support import throwaway_pgdata
 
-REPO = Path(__file__).resolve().parent.parent
 PGQUEUE = Path(sys.executable).with_name("pgqueue")
 
 
@@ -41,6 +41,7 @@ def postmaster_pid(pgdata: Path) -> int:
     return int((pgdata / "postmaster.pid").read_text().split()[0])
 
 
+@pytest.mark.slow  # starts a real embedded PostgreSQL
 def test_started_once_reused_then_shown_and_stopped(pgdata: Path) -> None:
     before = run(pgdata, "embedded", "status")
     assert before.returncode == 0, before.stderr
@@ -85,6 +86,7 @@ def test_started_once_reused_then_shown_and_stopped(pgdata: Path) -> None:
     assert "not running" in run(pgdata, "embedded", "status").stdout
 
 
+@pytest.mark.slow  # starts a real embedded PostgreSQL
 def test_a_running_server_of_another_major_version_is_refused(pgdata: Path) -> None:
     started = run(pgdata, "migrate")
     assert started.returncode == 0, started.stderr
