@@ -22,8 +22,11 @@ def tick(conn: Conn, since: datetime | None) -> tuple[Any, ...]:
             "lock_name": "pgqueue.maintenance:pgqueue",
             "since": since,
             "batch": 1000,
-            "backoff_base": 1.0,
-            "backoff_cap": 1.0,
+            # A rescued job's retry is drawn from [0, 1e9 s) (full jitter): far beyond the
+            # second tick, however late it comes. With 1 s the second tick promoted it
+            # whenever the ticks were further apart than the draw (a loaded machine).
+            "backoff_base": 1e9,
+            "backoff_cap": 1e9,
             "default_max_attempts": 20,
         },
     ).fetchone()
