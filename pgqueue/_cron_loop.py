@@ -1,6 +1,6 @@
 """The cron scheduler loop that every worker process runs: due ticks become jobs, once.
 
-Design notes (DESIGN §6):
+Design notes (how cron guarantees one job per tick; users read docs/cron.md):
 
 * **Who fires.** Any process may. Materialisation is one transaction: take
   ``pg_try_advisory_xact_lock(hashtextextended('pgqueue.cron:<schema>', 0))``; if another

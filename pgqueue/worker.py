@@ -1,6 +1,6 @@
 """The worker: one asyncio loop that claims, runs and reports jobs.
 
-Design notes (invariants in DESIGN.md §3):
+Design notes (the guarantees these uphold are in docs/guarantees.md):
 
 * **Fetch.** Claims are sized to free capacity (never more than ``fetch_batch``). A claim
   that came back full means more work is waiting, so the loop claims again at once while
@@ -23,6 +23,12 @@ Design notes (invariants in DESIGN.md §3):
   ``run()`` raises it, rather than limping on.
 
 Signals are the caller's business (the CLI installs them); this is a library object.
+
+Why this module is long (~590 lines): start-up, the fetch loop, the lease heartbeat and
+shutdown all read and write the same in-flight state (active attempts, cancel flags, the
+completer's buffer). Maintenance and cron already run as separate services; moving the
+heartbeat into its own module and letting the executor own an attempt end to end are
+the next splits.
 """
 
 from __future__ import annotations

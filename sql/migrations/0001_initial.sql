@@ -5,7 +5,7 @@
 --   {channel} the NOTIFY channel, as a string literal
 --   {id_seq}  the job id sequence's qualified name, as a string literal
 --
--- Layout (DESIGN §4): pgqueue.jobs is LIST-partitioned by state.
+-- Layout: pgqueue.jobs is LIST-partitioned by state.
 --   jobs_live       available | scheduled | running | retryable: the one small relation
 --                   every claim touches; three indexes that hot-path rows enter.
 --   jobs_completed, jobs_discarded, jobs_cancelled

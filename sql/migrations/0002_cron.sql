@@ -1,4 +1,4 @@
--- pgqueue schema, version 2: distributed cron (DESIGN §6).
+-- pgqueue schema, version 2: distributed cron.
 --
 -- cron_schedules  one row per schedule name, upserted by every worker that declares it:
 --                 its definition (as last registered) and its cursor, last_tick. Rows are
