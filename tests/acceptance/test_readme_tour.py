@@ -147,3 +147,11 @@ def test_every_relative_link_resolves(doc: Path) -> None:
 def test_docs_do_not_cite_internal_design_files() -> None:
     for doc in [README, *DOCS]:
         assert not re.search(r"DESIGN|STYLE\.md|§", doc.read_text()), doc.name
+
+
+def test_shipped_code_does_not_cite_internal_design_files() -> None:
+    # What users install (the package and its SQL) must not point at files they do not have.
+    shipped = [*(ROOT / "pgqueue").rglob("*.py"), *(ROOT / "sql").rglob("*.sql"), *(ROOT / "bench").rglob("*.py")]
+    assert shipped
+    cited = [str(p.relative_to(ROOT)) for p in shipped if re.search(r"DESIGN|STYLE\.md|§", p.read_text())]
+    assert cited == []
