@@ -107,6 +107,11 @@ class PeriodicService(abc.ABC, Generic[R]):
         try:
             result = await self.run_once()
         except self.transient as exc:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                # stop() cancelled a query, and psycopg reported it as QueryCanceled (an
+                # OperationalError): that is the stop, not a failure to retry.
+                raise asyncio.CancelledError from exc
             delay = self.jittered(self.failures.next())
             self.log.warning("%s", self.failure_line(exc, delay))
             return delay

@@ -132,3 +132,38 @@ def test_retries_walk_a_backoff_and_start_over() -> None:
     assert [retries.next() for _ in range(9)] == [0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0]
     retries.reset()
     assert retries.next() == 0.05
+
+
+class CancelledMidQuery(PeriodicService[int]):
+    """A round whose query, cancelled by stop(), surfaces as QueryCanceled (as psycopg's can)."""
+
+    name = "midquery"
+    what = "mid-query round"
+
+    def __init__(self) -> None:
+        super().__init__(interval=0.0, jitter=0.0, log=logging.getLogger("test"))
+        self.in_query = asyncio.Event()
+        self.let_cancel_through = False  # lets a failing test clean up
+
+    async def run_once(self) -> int:
+        self.in_query.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            if self.let_cancel_through:
+                raise
+            raise psycopg.errors.QueryCanceled("canceling statement due to user request") from None
+        return 0
+
+
+async def test_stop_during_a_query_that_reports_query_canceled_ends_the_loop() -> None:
+    service = CancelledMidQuery()
+    task = service.start()
+    await asyncio.wait_for(service.in_query.wait(), 5)
+    task.cancel()  # what stop() does
+    done, _ = await asyncio.wait({task}, timeout=5)
+    try:
+        assert task in done, "the cancelled query was retried as a failure: the loop never ends"
+    finally:
+        service.let_cancel_through = True
+        await service.stop()
