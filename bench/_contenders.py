@@ -11,8 +11,10 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -32,6 +34,15 @@ class Contender:
     worker_args: tuple[str, ...] = ()
     needs: tuple[str, ...] = field(default=())  # importable modules it requires
     variant: bool = False  # an A/B variant: runs only when asked for by name
+    checkout: str | None = None  # run its processes from this checkout of the repository (its own code)
+    name_there: str | None = None  # its name inside that checkout (producers look it up by name)
+
+    def process_cwd(self, default: Path) -> Path:
+        """The directory its worker and producer processes run in (``python -m`` imports from there)."""
+        return Path(self.checkout) if self.checkout else default
+
+    def process_name(self) -> str:
+        return self.name_there or self.name
 
     def missing(self) -> str | None:
         for module in self.needs:
@@ -154,6 +165,16 @@ RAW_1 = _raw(1)
 RAW_100 = _raw(100)
 
 CONTENDERS: dict[str, Contender] = {c.name: c for c in (PGQUEUE, PGQUEUE_NO_CURSOR, RAW_1, RAW_100)}
+
+# pgqueue as of another revision, for before/after comparisons in one run: point
+# $PGQUEUE_BENCH_BASELINE at a checkout of it (e.g. `git worktree add /tmp/base <rev>`) and ask
+# for `--contenders pgqueue,pgqueue-baseline`. Its workers and producers run that checkout's
+# code; tables are set up and preloaded by this one, so both must share the schema version.
+_BASELINE = os.environ.get("PGQUEUE_BENCH_BASELINE")
+if _BASELINE:
+    CONTENDERS["pgqueue-baseline"] = dataclasses.replace(
+        PGQUEUE, name="pgqueue-baseline", variant=True, checkout=_BASELINE, name_there="pgqueue"
+    )
 
 
 def register(contender: Contender) -> None:

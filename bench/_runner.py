@@ -60,7 +60,7 @@ class WorkerGroup:
         for _ in range(self.processes):
             proc = subprocess.Popen(
                 cmd,
-                cwd=REPO,
+                cwd=self.contender.process_cwd(REPO),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 text=True,
@@ -155,13 +155,16 @@ def ratios(med: dict[str, dict[str, float]], metric: str, higher_is_better: bool
     ours = med["pgqueue"][metric]
     out: dict[str, float] = {}
     raw = [v[metric] for n, v in med.items() if n.startswith("raw-sql")]
-    peers = [v[metric] for n, v in med.items() if n != "pgqueue" and not n.startswith("raw-sql")]
+    peers = [v[metric] for n, v in med.items() if not n.startswith(("pgqueue", "raw-sql"))]
     if raw:
         best = max(raw) if higher_is_better else min(raw)
         out["pgqueue / raw-sql ceiling"] = ours / best if best else float("nan")
     if peers:
         best = max(peers) if higher_is_better else min(peers)
         out["pgqueue / best peer"] = ours / best if best else float("nan")
+    for name, values in med.items():  # pgqueue's own variants (e.g. pgqueue-baseline): ours / theirs
+        if name.startswith("pgqueue-") and values.get(metric):
+            out[f"pgqueue / {name}"] = ours / values[metric]
     return out
 
 

@@ -19,7 +19,7 @@ from bench._runner import REPO, interleaved, medians
 from bench.workers.producer import PLAIN_DDL
 
 
-def producers(dsn: str, name: str, count: int, duration: float) -> float:
+def producers(dsn: str, name: str, count: int, duration: float, contender: Contender | None = None) -> float:
     start_at = time.time() + 1.0
     procs = [
         subprocess.Popen(
@@ -30,13 +30,13 @@ def producers(dsn: str, name: str, count: int, duration: float) -> float:
                 "--dsn",
                 dsn,
                 "--contender",
-                name,
+                contender.process_name() if contender else name,
                 "--duration",
                 str(duration),
                 "--start-at",
                 str(start_at),
             ],
-            cwd=REPO,
+            cwd=contender.process_cwd(REPO) if contender else REPO,
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -71,7 +71,7 @@ def run(
                     conn.execute("TRUNCATE bench_raw.plain")
                 else:
                     by_name[name].reset(conn)
-            return {"jobs/s": producers(dsn, name, count, duration)}
+            return {"jobs/s": producers(dsn, name, count, duration, by_name.get(name))}
 
         runs = interleaved(names, repeat, one)
         med = medians(runs)
