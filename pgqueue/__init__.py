@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from ._cron_loop import CronScheduler
 from ._version import __version__
 from .app import App, Task
 from .config import WorkerConfig
-from .cron import Schedule
+from .cron.schedule import Schedule
+from .cron.scheduler import CronScheduler
 from .errors import (
     Cancel,
     ConfigError,
@@ -24,7 +24,7 @@ from .errors import (
 )
 from .models import Job, JobContext, JobSpec, JobState
 from .retry import Backoff
-from .worker import Worker
+from .worker.worker import Worker
 
 __all__ = [
     "App",

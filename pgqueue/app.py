@@ -11,17 +11,18 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, ov
 
 import psycopg
 
-from . import _dsn, _enqueue, _enqueue_db
-from . import cron as _cron
-from ._sql import validate_schema
+from . import _dsn, _enqueue
+from ._db import enqueue as _enqueue_db
+from ._db.sql import validate_schema
 from ._task_args import ArgsChecker
 from .config import DEFAULT_QUEUE, WorkerConfig, validate_queue
+from .cron import schedule as _cron
 from .errors import ConfigError, InvalidArgumentsError, UnknownTaskError
 from .models import JobSpec
 from .retry import Backoff
 
 if TYPE_CHECKING:
-    from .worker import Worker
+    from .worker.worker import Worker
 
 __all__ = ["App", "Task", "TaskOptions"]
 
@@ -379,7 +380,7 @@ class App:
 
     def worker(self, config: WorkerConfig | None = None, **overrides: Any) -> Worker:
         """A :class:`~pgqueue.worker.Worker` for this app (not started)."""
-        from .worker import Worker
+        from .worker.worker import Worker
 
         cfg = replace(config or self.worker_config, **overrides)
         return Worker(self, cfg)

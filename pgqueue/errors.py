@@ -10,6 +10,7 @@
     ├── EnqueueError                a job was refused before it reached the table
     │   ├── UnknownTaskError
     │   ├── InvalidArgumentsError   args are not JSON-serialisable (names the argument)
+    │   │   └── UndecodableArgsError  a stored job's args cannot be decoded (the job is discarded)
     │   ├── PayloadTooLargeError
     │   └── InvalidQueueError
     └── JobNotFoundError
@@ -40,6 +41,7 @@ __all__ = [
     "PgQueueError",
     "Retry",
     "SchemaNotInstalledError",
+    "UndecodableArgsError",
     "UnknownTaskError",
 ]
 
@@ -143,6 +145,10 @@ class UnknownTaskError(EnqueueError, LookupError):
 
 class InvalidArgumentsError(EnqueueError, TypeError):
     """Job arguments must be a JSON object of JSON-serialisable values."""
+
+
+class UndecodableArgsError(InvalidArgumentsError):
+    """The job's stored arguments cannot be decoded into Python values."""
 
 
 class PayloadTooLargeError(EnqueueError):

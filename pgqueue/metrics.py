@@ -32,13 +32,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ._admin_db import metrics_queue_stats
-from ._sql import validate_schema
+from ._db.admin import metrics_queue_stats
+from ._db.sql import validate_schema
 from .errors import ConfigError
 from .models import Job, JobState
 
 if TYPE_CHECKING:
-    from .worker import Worker
+    from .worker.worker import Worker
 
 __all__ = ["QueueStatsCollector", "WorkerMetrics", "serve_metrics"]
 

@@ -7,11 +7,11 @@ from typing import Any
 
 import psycopg
 
-from . import _schema_db as db
+from ._db import schema as db
+from ._db.sql import load_migrations, validate_schema
 from ._dsn import migrate_hint
-from ._partitions import ensure_partitions
-from ._sql import load_migrations, validate_schema
 from .errors import MigrationError, SchemaNotInstalledError
+from .maintenance.partitions import ensure_partitions
 
 __all__ = ["current_version", "latest_version", "migrate", "payload_limit", "require_current", "set_payload_limit"]
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import psycopg
 
-from . import _schema_db as db
-from ._sql import validate_schema
+from ._db import schema as db
+from ._db.sql import validate_schema
 from .errors import ConfigError
 
 __all__ = ["RoleNames", "apply_roles", "render_roles_sql", "role_names"]

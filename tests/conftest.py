@@ -33,7 +33,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from pytest_postgresql import factories
 
 import pgqueue
-from pgqueue._partitions import FINISHED_PARENTS, drop_day, ensure_partitions, partition_name
+from pgqueue.maintenance.partitions import FINISHED_PARENTS, drop_day, ensure_partitions, partition_name
 from pgqueue.migrate import migrate
 
 # The repository root, wherever the test module asking for it sits in tests/.

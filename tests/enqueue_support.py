@@ -17,8 +17,8 @@ from psycopg import pq, sql
 from psycopg.rows import dict_row
 
 import pgqueue
-from pgqueue._jobs_db import Outcome, cursor_params, outcome_params
-from pgqueue._sql import queries_for
+from pgqueue._db.jobs import Outcome, cursor_params, outcome_params
+from pgqueue._db.sql import queries_for
 from pgqueue.models import JobState
 
 Conn = psycopg.Connection[Any]

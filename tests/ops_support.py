@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from pgqueue._partitions import _create_day, partition_name
+from pgqueue.maintenance.partitions import _create_day, partition_name
 
 TRACEBACK = 'Traceback (most recent call last):\n  File "app.py", line 3, in f\nValueError: bad row 7\n'
 

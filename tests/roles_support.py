@@ -20,8 +20,8 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 import pgqueue
-from pgqueue._partitions import partition_name
-from pgqueue._sql import queries_for
+from pgqueue._db.sql import queries_for
+from pgqueue.maintenance.partitions import partition_name
 from pgqueue.migrate import migrate
 from pgqueue.roles import RoleNames, apply_roles, role_names
 from tests.conftest import server_dsn
@@ -100,7 +100,7 @@ def make_app(dsn: str, ran: list[int] | None = None) -> pgqueue.App:
 
 
 def claim_params(tasks: list[str]) -> dict[str, Any]:
-    from pgqueue._jobs_db import cursor_params
+    from pgqueue._db.jobs import cursor_params
 
     return {
         "tasks": tasks,

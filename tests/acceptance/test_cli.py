@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgqueue._sql import load_migrations
+from pgqueue._db.sql import load_migrations
 from pgqueue.migrate import latest_version
 from tests.apps.support import REPO, create_test_tables, job_row, ledger, worker_process
 from tests.cli_support import assert_one_clear_error, invoke

@@ -128,7 +128,7 @@ async def test_async_enqueue_hint_names_the_database(empty_dsn: str) -> None:
 def test_demo_inspect_hint_names_the_database() -> None:
     import shlex
 
-    from pgqueue.demo import inspect_hint
+    from pgqueue.cli.demo import inspect_hint
 
     hint = inspect_hint(f"postgresql://app:{SECRET}@db:5433/prod", "pgqueue_demo")
     assert SECRET not in hint

@@ -17,7 +17,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pgqueue._sql import load_migrations
+from pgqueue._db.sql import load_migrations
 from tests.conftest import REPO
 
 
@@ -89,7 +89,7 @@ def test_migrate_from_installed_wheel(wheel: Path, tmp_path: Path, empty_dsn: st
     workdir.mkdir()
     assert not workdir.resolve().is_relative_to(REPO)
     out = _run(
-        [str(python), "-c", "import pgqueue, pgqueue._sql as s; print(pgqueue.__file__); print(s.sql_root())"],
+        [str(python), "-c", "import pgqueue, pgqueue._db.sql as s; print(pgqueue.__file__); print(s.sql_root())"],
         cwd=workdir,
     ).splitlines()
     package_file, sql_root = Path(out[0]).resolve(), Path(out[1]).resolve()

@@ -24,7 +24,7 @@ import psycopg
 import pytest
 
 import pgqueue
-from pgqueue._stop_signals import REPEAT_WINDOW
+from pgqueue.runner.stop_signals import REPEAT_WINDOW
 from tests.apps.support import REPO, create_test_tables, enqueue_sql, job_row, ledger, state_of, worker_process
 from tests.conftest import async_wait_until, running_worker, wait_until
 

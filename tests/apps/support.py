@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 
-from pgqueue._sql import queries_for
+from pgqueue._db.sql import queries_for
 
 REPO = Path(__file__).resolve().parents[2]
 

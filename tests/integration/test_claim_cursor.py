@@ -10,10 +10,17 @@ from typing import Any
 import psycopg
 
 import pgqueue
-from pgqueue._claim_cursor import HEAD, MIN_REWIND_INTERVAL, REWIND_BUDGET, RUN_AT_MARGIN, ClaimCursor, ClaimCursors
-from pgqueue._jobs_db import cursor_params
-from pgqueue._sql import queries_for
+from pgqueue._db.jobs import cursor_params
+from pgqueue._db.sql import queries_for
 from pgqueue.models import Job
+from pgqueue.worker.claim_cursor import (
+    HEAD,
+    MIN_REWIND_INTERVAL,
+    REWIND_BUDGET,
+    RUN_AT_MARGIN,
+    ClaimCursor,
+    ClaimCursors,
+)
 from tests.conftest import async_wait_until, job_states, running_worker
 
 Conn = psycopg.Connection[Any]

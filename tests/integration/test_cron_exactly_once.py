@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from pgqueue import CronScheduler, Schedule
-from pgqueue._cron_loop import RunResult
+from pgqueue.cron.scheduler import RunResult
 from tests.apps.cron_support import cron_jobs, fired, scheduler, set_state
 from tests.apps.support import wait_for_exit, worker_process
 from tests.conftest import async_wait_until, wait_until

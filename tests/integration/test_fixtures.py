@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgqueue._partitions import FINISHED_PARENTS, _create_day, partition_name
+from pgqueue.maintenance.partitions import FINISHED_PARENTS, _create_day, partition_name
 from tests.conftest import freshen_day_partitions, running_worker, task_and_thread_stacks
 from tests.hostile_support import Check
 

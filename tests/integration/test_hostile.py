@@ -151,7 +151,7 @@ async def test_deep_nesting_stored_through_sql_cannot_crash_a_worker(
     assert sorted(received) == good
     attempt, errors = poison_outcome(conn, poison)
     assert attempt == 1  # discarded at once: retrying cannot decode it either
-    assert errors[0]["type"] == "pgqueue._safe_json.UndecodableArgsError"
+    assert errors[0]["type"] == "pgqueue.errors.UndecodableArgsError"
     assert "nested too deeply" in errors[0]["message"]
     assert conn.execute("SELECT jsonb_typeof(args->'tree') FROM pgqueue.jobs WHERE id = %s", [poison]).fetchone() == (
         "array",

@@ -8,9 +8,9 @@ import psycopg
 import psycopg_pool
 
 import pgqueue
-from pgqueue._jobs_db import JobsDB
-from pgqueue._maintenance import PartitionService, TickService
+from pgqueue._db.jobs import JobsDB
 from pgqueue.config import WorkerConfig
+from pgqueue.maintenance.services import PartitionService, TickService
 
 Conn = psycopg.Connection[Any]
 

@@ -17,9 +17,9 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 import pgqueue
 import pgqueue.migrate
 from pgqueue import ops
-from pgqueue._jobs_db import JobsDB, Outcome
-from pgqueue._partitions import ensure_partitions
-from pgqueue._sql import load_migrations
+from pgqueue._db.jobs import JobsDB, Outcome
+from pgqueue._db.sql import load_migrations
+from pgqueue.maintenance.partitions import ensure_partitions
 from pgqueue.migrate import current_version, migrate
 from pgqueue.models import JobState
 from pgqueue.roles import render_roles_sql, role_names

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 import pgqueue
-from pgqueue._stop_signals import REPEAT_WINDOW
+from pgqueue.runner.stop_signals import REPEAT_WINDOW
 from tests.apps.support import (
     WorkerProcess,
     assert_lease_expired_errors,

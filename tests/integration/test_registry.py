@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 import pgqueue
-from pgqueue._retention import apply_retention
+from pgqueue.maintenance.retention import apply_retention
 from tests.conftest import async_wait_until, running_worker
 
 Conn = psycopg.Connection[Any]

@@ -15,8 +15,8 @@ from psycopg.conninfo import make_conninfo
 from typer.testing import CliRunner
 
 import pgqueue
-from pgqueue._partitions import partition_name
 from pgqueue.cli import app as cli_app
+from pgqueue.maintenance.partitions import partition_name
 from pgqueue.migrate import migrate
 from pgqueue.roles import apply_roles, render_roles_sql, role_names
 from tests.conftest import server_dsn

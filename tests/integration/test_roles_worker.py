@@ -16,8 +16,8 @@ import pytest
 from psycopg import sql
 
 import pgqueue
-from pgqueue._partitions import partition_name
-from pgqueue._sql import channel_name
+from pgqueue._db.sql import channel_name
+from pgqueue.maintenance.partitions import partition_name
 from tests.conftest import async_wait_until, running_worker
 from tests.roles_support import (
     REPO,
@@ -167,7 +167,7 @@ def _lock_keys(conn: Conn) -> dict[int, str]:
     """Every advisory lock key pgqueue's code can take for SCHEMA, from the lock names
     written in its source (``pgqueue.<purpose>:<schema>``)."""
     purposes: set[str] = set()
-    for path in [*(REPO / "pgqueue").glob("*.py"), *(REPO / "sql").rglob("*.sql")]:
+    for path in [*(REPO / "pgqueue").rglob("*.py"), *(REPO / "sql").rglob("*.sql")]:
         purposes.update(re.findall(r"pgqueue\.([a-z_]+):", path.read_text("utf-8")))
     assert {"maintenance", "partitions", "vacuum", "migrate"} <= purposes
     keys = {}

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 import pgqueue
 from pgqueue import ops
-from pgqueue._jobs_db import JobsDB, Outcome
+from pgqueue._db.jobs import JobsDB, Outcome
 from pgqueue.cli import app as cli_app
 from pgqueue.models import Job, JobState
 from tests.apps.cron_support import db_value, scheduler, set_state

@@ -7,9 +7,9 @@ from typing import Any
 
 import psycopg
 
-from pgqueue._jobs_db import TickResult
-from pgqueue._sql import queries_for
-from pgqueue._tick_watermark import TickWatermark
+from pgqueue._db.jobs import TickResult
+from pgqueue._db.sql import queries_for
+from pgqueue.maintenance.watermark import TickWatermark
 
 Conn = psycopg.Connection[Any]
 TICK = queries_for("pgqueue")["maintenance_tick"]

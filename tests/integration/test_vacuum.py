@@ -11,9 +11,9 @@ import psycopg_pool
 import pytest
 
 import pgqueue
-from pgqueue._jobs_db import JobsDB
-from pgqueue._vacuum import VacuumService
+from pgqueue._db.jobs import JobsDB
 from pgqueue.config import WorkerConfig
+from pgqueue.maintenance.vacuum import VacuumService
 from tests.conftest import async_wait_until, running_worker
 
 

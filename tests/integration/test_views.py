@@ -14,8 +14,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pgqueue._partitions import _create_day, partition_name
-from pgqueue._retention import summarize_recent
+from pgqueue.maintenance.partitions import _create_day, partition_name
+from pgqueue.maintenance.retention import summarize_recent
 from pgqueue.migrate import migrate
 
 Conn = psycopg.Connection[Any]

@@ -15,17 +15,17 @@ import pytest
 import pgqueue
 
 # The twins users call; the scan below also finds any new ones.
-KNOWN = {"App.enqueue", "App.enqueue_many", "Task.enqueue", "_enqueue_db.enqueue_one", "_enqueue_db.enqueue_many"}
+KNOWN = {"App.enqueue", "App.enqueue_many", "Task.enqueue", "_db.enqueue.enqueue_one", "_db.enqueue.enqueue_many"}
 
 # The only ways an async twin's annotations may differ from its sync twin's.
 ASYNC_SPELLINGS = [(" | AsyncIterable[JobSpec]", ""), ("AsyncConnection", "Connection")]
 
 
 def _modules() -> Iterator[Any]:
-    for info in pkgutil.iter_modules(pgqueue.__path__):
-        if info.name == "__main__":  # importing it runs the command line
+    for info in pkgutil.walk_packages(pgqueue.__path__, prefix="pgqueue."):
+        if info.name == "pgqueue.__main__":  # importing it runs the command line
             continue
-        yield importlib.import_module(f"pgqueue.{info.name}")
+        yield importlib.import_module(info.name)
 
 
 def twins() -> dict[str, tuple[Callable[..., Any], Callable[..., Any]]]:

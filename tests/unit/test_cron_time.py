@@ -8,8 +8,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from pgqueue._cron_time import CronExpr
 from pgqueue.cron import Schedule, due_ticks
+from pgqueue.cron.ticks import CronExpr
 from pgqueue.errors import ConfigError
 
 PARIS = ZoneInfo("Europe/Paris")

@@ -8,7 +8,7 @@ import logging
 import psycopg
 import pytest
 
-from pgqueue._service import Maintainer, PeriodicService
+from pgqueue.maintenance.service import Maintainer, PeriodicService
 from pgqueue.retry import Backoff, Retries
 
 

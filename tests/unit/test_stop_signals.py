@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 
-from pgqueue._stop_signals import REPEAT_WINDOW, StopSignals, Verdict
+from pgqueue.runner.stop_signals import REPEAT_WINDOW, StopSignals, Verdict
 
 
 def test_the_same_signal_within_the_window_counts_once() -> None:

@@ -1,0 +1,177 @@
+"""The DB layer of enqueue: one job by one named query, many by COPY (plus the keyed ones
+by the race-safe function), sync and async twins; database refusals become pgqueue's
+errors through :func:`pgqueue._enqueue.translate`.
+
+Enqueue never commits: it runs inside whatever transaction the caller's connection has
+open, which is what makes a job exist iff the caller's transaction commits.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterable, Iterable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from .._enqueue import AnyConn, params, translate
+from ..errors import InvalidArgumentsError, PgQueueError
+from ..models import JobSpec
+from .sql import queries_for
+
+__all__ = ["enqueue_many", "enqueue_many_async", "enqueue_one", "enqueue_one_async"]
+
+
+# -- one job ---------------------------------------------------------------------------
+
+
+def _query(schema: str, spec: JobSpec) -> bytes:
+    # Keyed jobs need the function's race-safe lookup of the live holder; the rest take
+    # a plain INSERT (same rules, no PL/pgSQL).
+    return queries_for(schema)["job_enqueue" if spec.unique_key is not None else "job_insert"]
+
+
+def enqueue_one(conn: psycopg.Connection[Any], schema: str, spec: JobSpec) -> int:
+    try:
+        row = conn.execute(_query(schema, spec), params(spec)).fetchone()
+    except psycopg.Error as exc:
+        raise translate(exc, conn, schema) from exc
+    assert row is not None
+    return int(row[0])
+
+
+async def enqueue_one_async(conn: psycopg.AsyncConnection[Any], schema: str, spec: JobSpec) -> int:
+    try:
+        cur = await conn.execute(_query(schema, spec), params(spec))
+        row = await cur.fetchone()
+    except psycopg.Error as exc:
+        raise translate(exc, conn, schema) from exc
+    assert row is not None
+    return int(row[0])
+
+
+# -- many jobs -------------------------------------------------------------------------
+
+
+class _Batch:
+    """Splits a stream of specs into COPY rows and keyed specs, tracking queues to wake.
+
+    Rows are numbered from 1 in the caller's order, so that an error names its row.
+    """
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+        self.wake: set[str] = set()
+        self.keyed: list[JobSpec] = []
+        self.keyed_rows: list[int] = []  # row numbers of the keyed specs
+        self.count = 0
+        # COPY rows carry run_at twice (run_at and scheduled_at), and a batch's rows mostly
+        # share one value: its text (what psycopg would send, str()) is made once per value.
+        self._at: datetime | None = None
+        self._at_text = ""
+
+    def _timestamp(self, at: datetime) -> str:
+        if at != self._at:
+            self._at, self._at_text = at, str(at)
+        return self._at_text
+
+    def _next(self, specs: Iterator[Any]) -> JobSpec | None:
+        try:
+            spec = next(specs)
+        except StopIteration:
+            return None
+        except PgQueueError as exc:  # the caller's generator refused a job (task.job(...))
+            raise type(exc)(f"enqueue_many row {self.count + 1}: {exc}") from exc
+        self.count += 1
+        if not isinstance(spec, JobSpec):
+            raise InvalidArgumentsError(
+                f"enqueue_many row {self.count}: expected a job from task.job(...), got {type(spec).__name__}"
+            )
+        return spec
+
+    def rows(self, specs: Iterable[JobSpec]) -> Iterator[tuple[Any, ...]]:
+        it = iter(specs)
+        while (spec := self._next(it)) is not None:
+            if spec.unique_key is not None:
+                self.keyed.append(spec)
+                self.keyed_rows.append(self.count)
+                continue
+            run_at = spec.run_at
+            if run_at is None:
+                run_at = self.now + timedelta(seconds=spec.delay or 0.0)
+            due = run_at <= self.now
+            if due:
+                self.wake.add(spec.queue)
+            state = "available" if due else "scheduled"
+            at = self._timestamp(run_at)
+            yield (spec.task, spec.args_json, spec.queue, spec.priority, at, at, state, spec.max_attempts)
+
+    def translate(self, exc: psycopg.Error, conn: AnyConn, schema: str) -> Exception:
+        """:func:`translate`, naming the row the database refused when it says which."""
+        found = _COPY_LINE.search(exc.diag.context or "")
+        if found is None:
+            return translate(exc, conn, schema)
+        row = int(found[1])  # the n-th COPY row: count the keyed rows before it back in
+        for keyed in self.keyed_rows:
+            if keyed <= row:
+                row += 1
+        error = translate(exc, conn, schema)
+        if isinstance(error, PgQueueError):
+            return type(error)(f"enqueue_many row {row}: {error}")
+        error.add_note(f"enqueue_many row {row}")
+        return error
+
+
+_COPY_LINE = re.compile(r"COPY \w+, line (\d+)")
+
+
+def enqueue_many(conn: psycopg.Connection[Any], schema: str, specs: Iterable[JobSpec]) -> int:
+    q = queries_for(schema)
+    batch = _Batch(datetime.now(UTC))  # its clock is replaced by the database's below
+    try:
+        batch.now = conn.execute(q["db_now"]).fetchone()[0]  # type: ignore[index]
+        with conn.cursor() as cur, cur.copy(q["job_copy"]) as copy:
+            for row in batch.rows(specs):
+                copy.write_row(row)
+        with conn.cursor() as cur:
+            if batch.keyed:
+                cur.executemany(q["job_enqueue"], [params(s) for s in batch.keyed])
+            if batch.wake:
+                cur.execute(q["queue_notify"], {"queues": sorted(batch.wake)})
+    except psycopg.Error as exc:
+        raise batch.translate(exc, conn, schema) from exc
+    return batch.count
+
+
+async def enqueue_many_async(
+    conn: psycopg.AsyncConnection[Any], schema: str, specs: Iterable[JobSpec] | AsyncIterable[JobSpec]
+) -> int:
+    q = queries_for(schema)
+    batch = _Batch(datetime.now(UTC))  # its clock is replaced by the database's below
+    try:
+        cur = await conn.execute(q["db_now"])
+        batch.now = (await cur.fetchone())[0]  # type: ignore[index]
+        async with conn.cursor() as acur, acur.copy(q["job_copy"]) as copy:
+            if isinstance(specs, AsyncIterable):
+                items = aiter(specs)
+                while True:
+                    try:
+                        spec = await anext(items)
+                    except StopAsyncIteration:
+                        break
+                    except PgQueueError as exc:
+                        raise type(exc)(f"enqueue_many row {batch.count + 1}: {exc}") from exc
+                    for row in batch.rows((spec,)):
+                        await copy.write_row(row)
+            else:
+                for row in batch.rows(specs):
+                    await copy.write_row(row)
+        async with conn.cursor() as acur:
+            if batch.keyed:
+                await acur.executemany(q["job_enqueue"], [params(s) for s in batch.keyed])
+            if batch.wake:
+                await acur.execute(q["queue_notify"], {"queues": sorted(batch.wake)})
+    except psycopg.Error as exc:
+        raise batch.translate(exc, conn, schema) from exc
+    return batch.count

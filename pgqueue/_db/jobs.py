@@ -1,0 +1,261 @@
+"""The worker's seam to the database: one typed coroutine per query, nothing else.
+
+The DB modules are the only ones that run SQL: this one (the worker's), ``_cron_db``,
+``_enqueue_db``, ``_admin_db`` and ``_schema_db`` (tests/test_sql_seam.py holds them to
+it). Rows become :class:`~pgqueue.models.Job` objects here.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from ..models import Job, JobState
+from ..worker.claim_cursor import HEAD, ClaimCursor
+from .sql import lock_name, queries_for
+
+__all__ = [
+    "JobsDB",
+    "LiveStats",
+    "Outcome",
+    "TickResult",
+    "VacuumNotAllowedError",
+    "VacuumResult",
+    "cursor_params",
+    "outcome_params",
+]
+
+AConn = psycopg.AsyncConnection[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What an attempt ended in, ready to be written."""
+
+    state: JobState  # retryable, completed, discarded or cancelled
+    delay: float = 0.0  # seconds before the next attempt (retryable only)
+    error: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TickResult:
+    leader: bool
+    promoted: int
+    rescued: int
+    discarded: int
+    now: datetime  # the database clock at the tick
+
+
+@dataclass(frozen=True, slots=True)
+class LiveStats:
+    dead: int
+    live: int
+    can_vacuum: bool
+    snapshot_age: float  # seconds: the oldest snapshot another session of the database holds
+    modified: int = 0  # rows changed since the last ANALYZE
+
+
+class VacuumNotAllowedError(Exception):
+    """The session's role lacks the right to VACUUM the live partition."""
+
+
+@dataclass(frozen=True, slots=True)
+class VacuumResult:
+    dead_before: int
+    dead_after: int  # left behind: still visible to some snapshot
+    #: (pid, application_name, seconds) of the oldest snapshot holder when much was left
+    holder: tuple[Any, ...] | None = None
+
+
+def outcome_params(items: Sequence[tuple[int, uuid.UUID, Outcome]]) -> dict[str, Any]:
+    """Parameters of ``job_record_outcomes`` (shared by the sync transactional path)."""
+    rows = [
+        {"id": job_id, "token": str(token), "state": o.state.value, "delay": o.delay, "error": o.error}
+        for job_id, token, o in items
+    ]
+    return {"outcomes": json.dumps(rows, default=str)}
+
+
+def cursor_params(queues: Sequence[str], after: Mapping[str, ClaimCursor] | None = None) -> dict[str, Any]:
+    """Queue and cursor parameters of ``job_claim_one_queue`` (one queue) or
+    ``job_claim_many_queues``; queues without a cursor are scanned from the head."""
+    keys = [(after or {}).get(q, HEAD) for q in queues]
+    if len(queues) == 1:
+        return {
+            "queue": queues[0],
+            "after_priority": keys[0].neg_priority,
+            "after_run_at": keys[0].run_at,
+            "after_id": keys[0].id,
+        }
+    return {
+        "queues": list(queues),
+        "after_priority": [k.neg_priority for k in keys],
+        "after_run_at": [k.run_at for k in keys],
+        "after_id": [k.id for k in keys],
+    }
+
+
+class JobsDB:
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+        self.q = queries_for(schema)
+
+    async def claim(
+        self,
+        conn: AConn,
+        *,
+        queues: Sequence[str],
+        task_limits: Mapping[str, int],
+        limit: int,
+        lease: float,
+        worker_id: str,
+        outcomes: Sequence[tuple[int, uuid.UUID, Outcome]] = (),
+        after: Mapping[str, ClaimCursor] | None = None,
+    ) -> tuple[list[Job], set[int]]:
+        """Claim up to ``limit`` jobs; returns them with the ids of ``outcomes`` written.
+
+        ``after`` gives, per queue, the claim-order key to resume scanning after (see
+        ``_claim_cursor``); queues missing from it are scanned from the head.
+
+        Buffered ``outcomes`` ride along in the same pipeline: one round trip and one
+        commit for both (a failure of either rolls back both, and both are retried).
+        """
+        params: dict[str, Any] = {
+            "tasks": list(task_limits),
+            "task_max_attempts": list(task_limits.values()),
+            "limit": limit,
+            "lease": lease,
+            "worker_id": worker_id,
+        }
+        params.update(cursor_params(queues, after))
+        query = self.q["job_claim_one_queue" if len(queues) == 1 else "job_claim_many_queues"]
+        if not outcomes:
+            cur = await conn.execute(query, params)
+            return [Job(*row) for row in await cur.fetchall()], set()
+        async with conn.pipeline() as pipeline:
+            written_cur = conn.cursor()
+            claim_cur = conn.cursor()
+            await written_cur.execute(self.q["job_record_outcomes"], outcome_params(outcomes))
+            await claim_cur.execute(query, params)
+            await pipeline.sync()
+            written = {row[0] for row in await written_cur.fetchall()}
+            jobs = [Job(*row) for row in await claim_cur.fetchall()]
+        return jobs, written
+
+    async def record_outcomes(self, conn: AConn, items: Sequence[tuple[int, uuid.UUID, Outcome]]) -> set[int]:
+        """Write outcomes; returns the ids whose lease was still valid (the rest are fenced)."""
+        cur = await conn.execute(self.q["job_record_outcomes"], outcome_params(items))
+        return {row[0] for row in await cur.fetchall()}
+
+    def record_outcomes_sync(
+        self, conn: psycopg.Connection[Any], items: Sequence[tuple[int, uuid.UUID, Outcome]]
+    ) -> set[int]:
+        """:meth:`record_outcomes` on a blocking connection (a transactional sync handler's
+        transaction, so the outcome commits with the handler's writes)."""
+        return {row[0] for row in conn.execute(self.q["job_record_outcomes"], outcome_params(items)).fetchall()}
+
+    async def register(self, conn: AConn, registration: Mapping[str, Any]) -> None:
+        """Create or refresh this worker's row in ``worker_registry`` (``registry_upsert``)."""
+        await conn.execute(self.q["registry_upsert"], registration)
+
+    async def register_and_extend_leases(
+        self, conn: AConn, registration: Mapping[str, Any], held: Mapping[int, uuid.UUID], lease: float
+    ) -> dict[int, bool]:
+        """:meth:`register` and :meth:`extend_leases` in one round trip (a pipeline)."""
+        async with conn.pipeline():
+            await self.register(conn, registration)
+            return await self.extend_leases(conn, held, lease)
+
+    async def deregister(self, conn: AConn, worker_id: str) -> None:
+        await conn.execute(self.q["registry_delete"], {"worker_id": worker_id})
+
+    async def listen(self, conn: AConn) -> None:
+        """LISTEN on the schema's wake-up channel."""
+        await conn.execute(self.q["queue_listen"])
+
+    async def ping(self, conn: AConn) -> None:
+        """One round trip that proves the connection lives."""
+        await conn.execute(self.q["connection_ping"])
+
+    async def extend_leases(self, conn: AConn, held: Mapping[int, uuid.UUID], lease: float) -> dict[int, bool]:
+        """Heartbeat: the ids whose lease was extended, each mapped to whether an operator
+        asked that job to stop (``cancel_job()``)."""
+        cur = await conn.execute(
+            self.q["job_extend_leases"], {"ids": list(held), "tokens": list(held.values()), "lease": lease}
+        )
+        return {row[0]: bool(row[1]) for row in await cur.fetchall()}
+
+    async def release(self, conn: AConn, held: Mapping[int, uuid.UUID]) -> int:
+        cur = await conn.execute(self.q["job_release"], {"ids": list(held), "tokens": list(held.values())})
+        row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+    async def maintenance_tick(
+        self,
+        conn: AConn,
+        *,
+        batch: int,
+        backoff_base: float,
+        backoff_cap: float,
+        default_max_attempts: int,
+        since: datetime | None = None,
+    ) -> TickResult:
+        """One scheduler + rescuer pass if this process wins the lock; only timers at or
+        after ``since`` are looked at (None: all of them)."""
+        cur = await conn.execute(
+            self.q["maintenance_tick"],
+            {
+                "lock_name": lock_name("maintenance", self.schema),
+                "since": since,
+                "batch": batch,
+                "backoff_base": backoff_base,
+                "backoff_cap": backoff_cap,
+                "default_max_attempts": default_max_attempts,
+            },
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        return TickResult(bool(row[0]), int(row[1]), int(row[2]), int(row[3]), row[5])
+
+    async def live_stats(self, conn: AConn) -> LiveStats:
+        """Dead/live row counts of the live partition, whether this role may VACUUM it, and
+        the age of the oldest snapshot another session holds: one cheap query."""
+        cur = await conn.execute(self.q["live_dead_tuples"], {"table": f'"{self.schema}".jobs_live'})
+        row = await cur.fetchone()
+        if row is None:
+            return LiveStats(0, 0, False, 0.0, 0)
+        return LiveStats(int(row[0]), int(row[1]), bool(row[2]), float(row[3] or 0.0), int(row[4]))
+
+    async def analyze_live(self, conn: AConn) -> None:
+        """Refresh the live partition's planner statistics (``conn`` in autocommit)."""
+        await conn.execute(self.q["analyze_live"], prepare=False)
+
+    async def vacuum_live_if_needed(self, conn: AConn, threshold: int, stats: LiveStats) -> VacuumResult | None:
+        """VACUUM the live partition if ``stats`` show enough dead tuples and no other
+        process is doing it; returns what it achieved, or None if it did not run. ``conn``
+        must be in autocommit mode."""
+        if stats.dead < max(threshold, stats.live):
+            return None
+        if not stats.can_vacuum:
+            raise VacuumNotAllowedError(f"this role may not VACUUM {self.schema}.jobs_live (not its owner)")
+        lock = {"lock_name": lock_name("vacuum", self.schema)}
+        cur = await conn.execute(self.q["vacuum_lock"], lock)
+        got = await cur.fetchone()
+        if not got or not got[0]:
+            return None
+        try:
+            await conn.execute(self.q["vacuum_live"], prepare=False)  # utility statements cannot be prepared
+        finally:
+            await conn.execute(self.q["vacuum_unlock"], lock)
+        after = await self.live_stats(conn)
+        holder = None
+        if after.dead >= threshold:
+            cur = await conn.execute(self.q["oldest_snapshot"])
+            holder = await cur.fetchone()
+        return VacuumResult(stats.dead, after.dead, holder)

@@ -1,0 +1,48 @@
+"""Operations on jobs and a status snapshot: the library API behind ``pgqueue jobs`` and
+``pgqueue status``/``top``, usable from any Python code with a psycopg connection.
+
+Every function takes the caller's connection and the schema name (validated, always
+quoted); values are bound parameters. Read functions never write. ``retry_jobs`` and
+``purge_jobs`` commit in batches, so give them a connection with no transaction open.
+"""
+
+from __future__ import annotations
+
+from .._duration import parse_duration
+from .jobs import (
+    JobDetail,
+    JobError,
+    JobSummary,
+    PurgeResult,
+    RetryResult,
+    cancel_job,
+    get_job,
+    jsonable,
+    list_jobs,
+    purge_jobs,
+    retry_job,
+    retry_jobs,
+)
+from .status import FailureGroup, Health, QueueStats, StatusSnapshot, WorkerInfo, status
+
+__all__ = [
+    "FailureGroup",
+    "Health",
+    "JobDetail",
+    "JobError",
+    "JobSummary",
+    "PurgeResult",
+    "QueueStats",
+    "RetryResult",
+    "StatusSnapshot",
+    "WorkerInfo",
+    "cancel_job",
+    "get_job",
+    "jsonable",
+    "list_jobs",
+    "parse_duration",
+    "purge_jobs",
+    "retry_job",
+    "retry_jobs",
+    "status",
+]

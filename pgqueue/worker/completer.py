@@ -1,0 +1,126 @@
+"""Buffers attempt outcomes and writes them in batches.
+
+Two ways out, whichever comes first:
+
+* **piggyback**: when the fetcher claims, it takes the buffered outcomes and sends them in
+  the same pipeline (one round trip, one commit) as the claim;
+* **timer**: otherwise a batch is written ``interval`` seconds after its first outcome
+  arrived, or at once when it reaches ``batch_size``.
+
+Writes are fenced by lease token, so a batch can be retried after a connection error
+without harm; outcomes stay buffered (and their leases keep being extended) until the
+database has acknowledged them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+import psycopg
+import psycopg.errors
+import psycopg_pool
+
+from .._db.conn import brief, within
+from .._db.jobs import JobsDB, Outcome
+from ..maintenance.service import RECONNECT_BACKOFF
+from ..models import Job
+from ..retry import Retries
+
+__all__ = ["Batch", "Completer"]
+
+log = logging.getLogger("pgqueue.completer")
+
+Batch = list[tuple[Job, Outcome]]
+
+
+class Completer:
+    def __init__(
+        self,
+        db: JobsDB,
+        pool: psycopg_pool.AsyncConnectionPool,
+        *,
+        batch_size: int,
+        interval: float,
+        on_written: Callable[[Job, Outcome, bool], None],
+        repair_partitions: Callable[[], Awaitable[object]],
+        timeout: float = 30.0,
+    ) -> None:
+        self.db = db
+        self.pool = pool
+        self.batch_size = batch_size
+        self.interval = interval
+        self.on_written = on_written
+        self.repair_partitions = repair_partitions
+        self.timeout = timeout  # longest a write may hang before its connection is given up
+        self._pending: Batch = []
+        self._arrived = asyncio.Event()
+        self._full = asyncio.Event()
+        self._lock = asyncio.Lock()
+
+    def submit(self, job: Job, outcome: Outcome) -> None:
+        self._pending.append((job, outcome))
+        self._arrived.set()
+        if len(self._pending) >= self.batch_size:
+            self._full.set()
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def take(self) -> Batch:
+        """Hand up to ``batch_size`` buffered outcomes to a caller that will write them and
+        then call :meth:`acknowledge` (or :meth:`give_back` on failure)."""
+        if self._lock.locked() or not self._pending:
+            return []
+        batch = self._pending[: self.batch_size]
+        del self._pending[: len(batch)]
+        return batch
+
+    def give_back(self, batch: Batch) -> None:
+        self._pending[:0] = batch
+        self._arrived.set()
+
+    def acknowledge(self, batch: Batch, written: set[int]) -> None:
+        for job, outcome in batch:
+            self.on_written(job, outcome, job.id in written)
+
+    async def run(self) -> None:
+        while True:
+            await self._arrived.wait()
+            if len(self._pending) < self.batch_size and self.interval > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._full.wait(), self.interval)
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Write everything buffered now, retrying connection errors with backoff."""
+        async with self._lock:
+            retries = Retries(RECONNECT_BACKOFF)
+            while self._pending:
+                batch = self._pending[: self.batch_size]
+                try:
+                    async with self.pool.connection() as conn:
+                        written = await within(
+                            self.timeout,
+                            self.db.record_outcomes(conn, [(j.id, j.lease_token, o) for j, o in batch]),
+                            "recording outcomes",
+                        )
+                except psycopg.errors.CheckViolation as exc:
+                    if "no partition" not in str(exc):
+                        raise
+                    log.warning("finished-job partition missing (%s); creating it", exc)
+                    await self.repair_partitions()
+                    continue
+                except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+                    delay = retries.next()
+                    log.warning(
+                        "could not record %d job outcomes (%s); retrying in %.2fs", len(batch), brief(exc), delay
+                    )
+                    await asyncio.sleep(delay)
+                    continue
+                del self._pending[: len(batch)]
+                self.acknowledge(batch, written)
+            self._arrived.clear()
+            self._full.clear()

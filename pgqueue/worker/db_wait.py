@@ -1,0 +1,74 @@
+"""Waiting for an unreachable database at start-up: backoff, and one line per attempt.
+
+A worker started by a service manager (systemd, Kubernetes) may come up before its
+database; it waits instead of exiting. Each failed attempt logs where it tried (host, port,
+database, never the password) and why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from ..errors import DatabaseUnavailableError
+from ..retry import Backoff
+
+__all__ = ["BACKOFF", "describe_target", "log_attempt", "wait_for_database"]
+
+#: 0.5 s, 1 s, 2 s ... up to 30 s between attempts.
+BACKOFF = Backoff(base=0.5, factor=2.0, cap=30.0, jitter=False)
+_PREFIX = "cannot reach the database: "
+
+
+def describe_target(dsn: str) -> str:
+    """``host=... port=... dbname=...`` of ``dsn``: what a log line may show of it."""
+    try:
+        info = conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return "(unparsable connection string)"
+    host = info.get("host") or info.get("hostaddr") or "(default)"
+    return f"host={host} port={info.get('port') or '(default)'} dbname={info.get('dbname') or '(default)'}"
+
+
+def log_attempt(log: logging.Logger, dsn: str, attempt: int, exc: BaseException, delay: float) -> None:
+    reason = str(exc).removeprefix(_PREFIX)
+    where = describe_target(dsn)
+    log.warning("cannot reach the database at %s (attempt %d): %s; retrying in %.1fs", where, attempt, reason, delay)
+
+
+async def wait_for_database(
+    check: Callable[[], Awaitable[None]], dsn: str, stopping: asyncio.Event, log: logging.Logger
+) -> bool:
+    """Run ``check`` until it stops raising :class:`DatabaseUnavailableError`.
+
+    Returns False, at once, when ``stopping`` is set meanwhile (even during an attempt);
+    any other error propagates.
+    """
+    attempt = 0
+    while not stopping.is_set():
+        attempt_task = asyncio.ensure_future(check())
+        stop_task = asyncio.ensure_future(stopping.wait())
+        await asyncio.wait({attempt_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+        stop_task.cancel()
+        await asyncio.gather(stop_task, return_exceptions=True)
+        if not attempt_task.done():
+            attempt_task.cancel()
+            await asyncio.gather(attempt_task, return_exceptions=True)
+            return False
+        exc = attempt_task.exception()
+        if exc is None:
+            return True
+        if not isinstance(exc, DatabaseUnavailableError):
+            raise exc
+        attempt += 1
+        delay = BACKOFF.delay(attempt)
+        log_attempt(log, dsn, attempt, exc, delay)
+        try:
+            await asyncio.wait_for(stopping.wait(), delay)
+        except TimeoutError:
+            continue
+    return False

@@ -1,0 +1,92 @@
+"""One LISTEN connection per worker process, turning notifications into wake-ups.
+
+The listener is an optimisation, never a dependency: while it is down the fetcher polls,
+and each (re)connection triggers a catch-up fetch for anything missed in between. A quiet
+connection is health-checked every ``health_interval`` seconds, so a silently dead socket
+is noticed and replaced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Collection
+from typing import Any, TypeVar
+
+import psycopg
+
+from .._db.conn import application_name, brief, within
+from .._db.jobs import JobsDB
+from ..retry import Backoff, Retries
+
+__all__ = ["Listener"]
+
+T = TypeVar("T")
+
+log = logging.getLogger("pgqueue.listener")
+
+
+class Listener:
+    def __init__(
+        self,
+        dsn: str,
+        db: JobsDB,
+        queues: Collection[str],
+        on_wake: Callable[[], None],
+        *,
+        health_interval: float = 15.0,
+        max_backoff: float = 5.0,
+    ) -> None:
+        self.dsn = dsn
+        self.db = db  # LISTENs on its schema's wake-up channel
+        self.queues = frozenset(queues)
+        self.on_wake = on_wake
+        self.health_interval = health_interval
+        self.max_backoff = max_backoff
+        self.connected = asyncio.Event()
+        self.reconnects = 0
+        self.backend_pid: int | None = None
+
+    async def run(self) -> None:
+        retries = Retries(Backoff(base=0.05, cap=self.max_backoff, jitter=False))
+        while True:
+            conn: psycopg.AsyncConnection[Any] | None = None
+            try:
+                conn = await psycopg.AsyncConnection.connect(
+                    self.dsn, autocommit=True, **application_name(self.dsn, "listener")
+                )
+                await self.db.listen(conn)
+                self.backend_pid = conn.info.backend_pid
+                if self.reconnects:
+                    log.info("listener reconnected (backend pid %s)", self.backend_pid)
+                self.connected.set()
+                retries.reset()
+                self.on_wake()  # catch up on anything enqueued while we were not listening
+                await self._listen(conn)
+            except asyncio.CancelledError:
+                raise
+            except psycopg.Error as exc:
+                was_connected = self.connected.is_set()
+                self.connected.clear()
+                self.reconnects += 1
+                if was_connected:
+                    log.warning("listener connection lost (%s); polling until it is back", brief(exc))
+                delay = retries.next()
+                if not was_connected:
+                    log.warning("listener cannot connect (%s); retrying in %.2fs", brief(exc), delay)
+                self.on_wake()
+                await asyncio.sleep(delay)
+            finally:
+                self.connected.clear()
+                if conn is not None:
+                    await conn.close()
+
+    async def _listen(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        while True:
+            async for notify in conn.notifies(timeout=self.health_interval):
+                if notify.payload in self.queues:
+                    self.on_wake()
+            # Quiet for a while: prove the connection lives. A socket whose peer vanished
+            # without a FIN or RST (a partition, a stateful firewall forgetting it) would
+            # block this forever, leaving a "connected" listener that hears nothing.
+            await within(self.health_interval, self.db.ping(conn), "health check")
