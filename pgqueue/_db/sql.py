@@ -1,7 +1,8 @@
 """Loads the SQL in ``sql/`` (the single source of truth) and binds it to a schema.
 
-Queries live in ``sql/queries/*.sql`` as ``-- name: NAME`` blocks; migrations live in
-``sql/migrations/NNNN_name.sql``. Both use ``{schema}``-style placeholders that are filled
+Queries live in ``sql/queries/*.sql`` as ``-- name: NAME`` blocks; a ``-- fragment: NAME``
+block is a piece several queries share, spliced in where a query says ``-- include: NAME``.
+Migrations live in ``sql/migrations/NNNN_name.sql``. Both use ``{schema}``-style placeholders that are filled
 with :mod:`psycopg.sql` objects, so a schema name can never change a statement's meaning.
 In a wheel the files ship as ``pgqueue/_sql``; in a source checkout they are read from
 the repository's top-level ``sql/`` folder.
@@ -35,7 +36,8 @@ __all__ = [
     "validate_schema",
 ]
 
-_NAME_LINE = re.compile(r"^-- name: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+_NAME_LINE = re.compile(r"^-- (name|fragment): ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+_INCLUDE_LINE = re.compile(r"^[ \t]*-- include: ([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 _MIGRATION_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
 
@@ -125,30 +127,49 @@ def load_migrations() -> list[Migration]:
     return found
 
 
-def _parse_queries(text: str, origin: str) -> dict[str, str]:
+def _statement(body: str) -> str:
+    """A block's SQL without its comment lines (``-- include:`` lines are kept)."""
+    keep = [ln for ln in body.strip().splitlines() if _INCLUDE_LINE.match(ln) or not ln.lstrip().startswith("--")]
+    return "\n".join(keep).strip()
+
+
+def _parse_queries(text: str, origin: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The ``(queries, fragments)`` of one file, by name; includes not yet spliced."""
     parts = _NAME_LINE.split(text)
-    out: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        lines = [ln for ln in body.strip().splitlines() if not ln.lstrip().startswith("--")]
-        statement = "\n".join(lines).strip()
+    queries: dict[str, str] = {}
+    fragments: dict[str, str] = {}
+    for kind, name, body in zip(parts[1::3], parts[2::3], parts[3::3], strict=True):
+        statement = _statement(body)
         if not statement:
-            raise RuntimeError(f"query {name} in {origin} is empty")
-        if name in out:
-            raise RuntimeError(f"query {name} defined twice in {origin}")
-        out[name] = statement
-    return out
+            raise RuntimeError(f"{kind} {name} in {origin} is empty")
+        if name in queries or name in fragments:
+            raise RuntimeError(f"{name} defined twice in {origin}")
+        (queries if kind == "name" else fragments)[name] = statement
+    return queries, fragments
+
+
+def _splice(name: str, text: str, fragments: Mapping[str, str]) -> str:
+    def include(match: re.Match[str]) -> str:
+        if match[1] not in fragments:
+            raise RuntimeError(f"query {name} includes an unknown fragment {match[1]!r}")
+        return fragments[match[1]]
+
+    return _INCLUDE_LINE.sub(include, text)
 
 
 @functools.cache
 def _raw_queries() -> dict[str, str]:
-    out: dict[str, str] = {}
+    queries: dict[str, str] = {}
+    fragments: dict[str, str] = {}
     for entry in sorted((sql_root() / "queries").iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".sql"):
-            for name, text in _parse_queries(entry.read_text("utf-8"), entry.name).items():
-                if name in out:
-                    raise RuntimeError(f"query {name} defined in two files")
-                out[name] = text
-    return out
+            file_queries, file_fragments = _parse_queries(entry.read_text("utf-8"), entry.name)
+            for name in (*file_queries, *file_fragments):
+                if name in queries or name in fragments:
+                    raise RuntimeError(f"{name} defined in two files")
+            queries.update(file_queries)
+            fragments.update(file_fragments)
+    return {name: _splice(name, text, fragments) for name, text in queries.items()}
 
 
 class Queries:

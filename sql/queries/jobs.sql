@@ -39,22 +39,10 @@ SELECT now()
 -- Wake workers of these queues (called once per enqueue_many, one NOTIFY per queue).
 SELECT pg_notify({channel}, q) FROM unnest(%(queues)s::text[]) AS q
 
--- name: job_claim_one_queue
--- Claim up to %(limit)s available jobs of one queue in the index's order (priority DESC,
--- run_at, id, i.e. ((-priority), run_at, id) ascending), taking a fresh lease on each,
--- starting after the cursor %(after)s (the key of the last job a previous claim took; a
--- cursor below every key scans from the head). A NULL max_attempts becomes the task's own
--- setting. scheduled_at NULL (a row inserted without it) reads as run_at.
-WITH picked AS (
-    SELECT id
-    FROM {schema}.jobs_live
-    WHERE state = 'available' AND queue = %(queue)s AND task = ANY(%(tasks)s::text[])
-      AND ((-priority::integer), run_at, id) > (%(after_priority)s::integer, %(after_run_at)s::timestamptz,
-                                               %(after_id)s::bigint)
-    ORDER BY (-priority::integer), run_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-)
+-- fragment: claim_picked
+-- The claim itself, shared by both claims below: every row of the CTE "picked" becomes
+-- running under a fresh lease, its attempt counted; a NULL max_attempts becomes the task's
+-- own setting. Returns the columns of pgqueue.models.Job.
 UPDATE {schema}.jobs_live AS j
 SET state = 'running',
     attempt = j.attempt + 1,
@@ -71,6 +59,24 @@ WHERE j.id = picked.id
 RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempt, j.max_attempts,
           j.lease_token, j.run_at, j.created_at, now() - j.run_at AS pickup_delay,
           coalesce(j.scheduled_at, j.run_at) AS scheduled_at
+
+-- name: job_claim_one_queue
+-- Claim up to %(limit)s available jobs of one queue in the index's order (priority DESC,
+-- run_at, id, i.e. ((-priority), run_at, id) ascending), taking a fresh lease on each,
+-- starting after the cursor %(after)s (the key of the last job a previous claim took; a
+-- cursor below every key scans from the head). A NULL max_attempts becomes the task's own
+-- setting. scheduled_at NULL (a row inserted without it) reads as run_at.
+WITH picked AS (
+    SELECT id
+    FROM {schema}.jobs_live
+    WHERE state = 'available' AND queue = %(queue)s AND task = ANY(%(tasks)s::text[])
+      AND ((-priority::integer), run_at, id) > (%(after_priority)s::integer, %(after_run_at)s::timestamptz,
+                                               %(after_id)s::bigint)
+    ORDER BY (-priority::integer), run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+-- include: claim_picked
 
 -- name: job_claim_many_queues
 -- Same as job_claim_one_queue over several queues, each with its own cursor: one ordered
@@ -91,22 +97,7 @@ WITH candidates AS (
 ), picked AS (
     SELECT id FROM candidates ORDER BY priority DESC, run_at, id LIMIT %(limit)s
 )
-UPDATE {schema}.jobs_live AS j
-SET state = 'running',
-    attempt = j.attempt + 1,
-    started_at = now(),
-    lease_token = gen_random_uuid(),
-    lease_expires_at = now() + make_interval(secs => %(lease)s::float8),
-    worker_id = %(worker_id)s,
-    max_attempts = coalesce(j.max_attempts, (
-        SELECT d.max_attempts
-        FROM unnest(%(tasks)s::text[], %(task_max_attempts)s::int[]) AS d(task, max_attempts)
-        WHERE d.task = j.task))
-FROM picked
-WHERE j.id = picked.id
-RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempt, j.max_attempts,
-          j.lease_token, j.run_at, j.created_at, now() - j.run_at AS pickup_delay,
-          coalesce(j.scheduled_at, j.run_at) AS scheduled_at
+-- include: claim_picked
 
 -- name: job_record_outcomes
 -- Persist a batch of attempt outcomes, fenced by lease token: rows whose lease was lost
