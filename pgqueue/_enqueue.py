@@ -1,6 +1,6 @@
-"""Turning a call like ``task.enqueue(conn, x=1)`` into a job: validation, JSON encoding,
-the statement's parameters and the translation of the database's refusals. No I/O: the
-statements run in :mod:`pgqueue._enqueue_db`.
+"""Turning a call like ``task.enqueue(conn, x=1)`` into a job: validation and JSON
+encoding. No I/O: the statements run in :mod:`pgqueue._db.enqueue`, which also translates
+the database's refusals.
 """
 
 from __future__ import annotations
@@ -8,31 +8,18 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-import psycopg
-from psycopg import errors as pgerrors
-
-from ._dsn import migrate_hint
 from .config import validate_queue
-from .errors import (
-    ConfigError,
-    EnqueueError,
-    InvalidArgumentsError,
-    InvalidQueueError,
-    PayloadTooLargeError,
-    SchemaNotInstalledError,
-)
-from .models import JobSpec
+from .errors import ConfigError, InvalidArgumentsError, PayloadTooLargeError
+from .models import RUN_AT_MAX, RUN_AT_MIN, JobSpec
 
 __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
     "MAX_ARGS_DEPTH",
     "encode_args",
     "make_spec",
-    "params",
-    "translate",
     "validate_task_name",
 ]
 
@@ -44,11 +31,8 @@ MAX_ATTEMPTS_LIMIT = 2**31 - 1
 #: Python decodes JSON recursively: a payload much deeper than this cannot be decoded by a
 #: worker whose stack is already in use, so it is refused here rather than poison a worker.
 MAX_ARGS_DEPTH = 100
-#: run_at must fall in this range (UTC), as the jobs_run_at_range CHECK also enforces:
-#: inside it every time zone's view of the value is a valid Python datetime.
-RUN_AT_MIN = datetime(1900, 1, 1, tzinfo=UTC)
-RUN_AT_MAX = datetime(9999, 1, 1, tzinfo=UTC)
-_TASK_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,199}")
+#: The one rule for task names (fullmatch: "$" would let a trailing newline in).
+TASK_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,199}")
 # json.dumps writes a NUL character as \u0000; a literal backslash before "u0000" is
 # written as \\u0000, so only an odd run of backslashes is a real NUL.
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
@@ -56,7 +40,7 @@ _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 def validate_task_name(task: str) -> str:
     """Return ``task`` if it is a valid task name, else raise :class:`ConfigError`."""
-    if not isinstance(task, str) or not _TASK_NAME.fullmatch(task):
+    if not isinstance(task, str) or not TASK_NAME.fullmatch(task):
         raise ConfigError(
             f"invalid task name {task!r}: use 1-200 characters (letters, digits, _ . : -), starting with a letter or _"
         )
@@ -196,44 +180,3 @@ def make_spec(
         unique_key=unique_key,
         max_attempts=max_attempts,
     )
-
-
-def params(spec: JobSpec) -> dict[str, Any]:
-    return {
-        "task": spec.task,
-        "args": spec.args_json,
-        "queue": spec.queue,
-        "priority": spec.priority,
-        "run_at": spec.run_at,
-        "delay": spec.delay or 0.0,
-        "unique_key": spec.unique_key,
-        "max_attempts": spec.max_attempts,
-    }
-
-
-AnyConn = psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
-
-
-def translate(exc: psycopg.Error, conn: AnyConn, schema: str) -> Exception:
-    """Map the database's refusal of a job to pgqueue's error, or return it unchanged."""
-    if isinstance(exc, (pgerrors.UndefinedFunction, pgerrors.UndefinedTable, pgerrors.InvalidSchemaName)):
-        return SchemaNotInstalledError(
-            f"pgqueue is not installed in this database ({exc.diag.message_primary}): {migrate_hint(conn, schema)}"
-        )
-    if isinstance(exc, pgerrors.CheckViolation) and exc.diag.constraint_name == "jobs_args_size":
-        return PayloadTooLargeError(
-            "arguments exceed the server's payload limit (constraint jobs_args_size; to raise it, "
-            f"{migrate_hint(conn, schema, '--max-payload-bytes', 'N')})"
-        )
-    if isinstance(exc, pgerrors.CheckViolation) and exc.diag.constraint_name == "jobs_run_at_range":
-        return ConfigError(
-            f"run_at must be between {RUN_AT_MIN:%Y-%m-%d} and {RUN_AT_MAX:%Y-%m-%d} UTC (constraint jobs_run_at_range)"
-        )
-    if isinstance(exc, pgerrors.InvalidParameterValue) and "queue" in (exc.diag.message_primary or ""):
-        return InvalidQueueError(exc.diag.message_primary)
-    if isinstance(exc, pgerrors.InsufficientPrivilege):
-        return EnqueueError(
-            f"this database role may not enqueue ({exc.diag.message_primary}): grant it the producer "
-            "role of the schema (see `pgqueue migrate --print-roles-sql`)"
-        )
-    return exc

@@ -1,40 +1,37 @@
-"""The application object: task registry, enqueue entry points and database settings."""
+"""The application object: task registry, enqueue entry points and database settings.
+
+:class:`App` and :class:`Task` live together: ``@app.task`` makes a Task, and a Task's
+``app`` is its App (the enqueue API goes through both). That is why this module is
+about 400 lines: the whole declaration API, where users read it. What the worker needs
+of a task is :class:`pgqueue.task.TaskDef`, which the runtime uses instead.
+"""
 
 from __future__ import annotations
 
-import inspect
-import re
 from collections.abc import AsyncIterable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
 import psycopg
 
 from . import _dsn, _enqueue
 from ._db import enqueue as _enqueue_db
 from ._db.sql import validate_schema
-from ._task_args import ArgsChecker
-from .config import DEFAULT_QUEUE, WorkerConfig, validate_queue
+from .config import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, WorkerConfig, validate_queue
 from .cron import schedule as _cron
 from .errors import ConfigError, InvalidArgumentsError, UnknownTaskError
+from .migrate import migrate
 from .models import JobSpec
 from .retry import Backoff
-
-if TYPE_CHECKING:
-    from .worker.worker import Worker
+from .task import TaskDef
+from .worker import Worker
 
 __all__ = ["App", "Task", "TaskOptions"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 _F = TypeVar("_F", bound=Callable[..., Any])
-_TASK_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,199}")  # fullmatch: "$" would let a trailing newline in
-DEFAULT_MAX_ATTEMPTS = 20
-
-
-class _TaskDecorator(Protocol):
-    def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...
 
 
 @dataclass(frozen=True)
@@ -49,47 +46,16 @@ class TaskOptions:
     max_attempts: int | None = None
 
 
-class Task(Generic[P, R]):
+class Task(TaskDef, Generic[P, R]):
     """A registered handler plus its settings. Calling it runs the function directly."""
 
-    def __init__(
-        self,
-        app: App,
-        fn: Callable[..., Any],
-        *,
-        name: str,
-        queue: str,
-        priority: int,
-        max_attempts: int,
-        timeout: float | None,
-        retry: Backoff,
-        non_retryable: tuple[type[BaseException], ...],
-        transactional: bool,
-        pass_context: bool,
-        log_args: bool,
-    ) -> None:
+    def __init__(self, app: App, fn: Callable[..., Any], **settings: Any) -> None:
+        super().__init__(fn, **settings)
         self.app = app
-        self.fn = fn
-        self.name = name
-        self.queue = queue
-        self.priority = priority
-        self.max_attempts = max_attempts
-        self.timeout = timeout
-        self.retry = retry
-        self.non_retryable = non_retryable
-        self.transactional = transactional
-        self.pass_context = pass_context or transactional
-        self.log_args = log_args
-        self.is_async = inspect.iscoroutinefunction(fn)
-        #: The handler's signature, read once: what job arguments it accepts.
-        self.args_checker = ArgsChecker(name, fn, pass_context=self.pass_context)
         self._defaults = TaskOptions()
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.fn(*args, **kwargs)  # type: ignore[no-any-return]
-
-    def __repr__(self) -> str:
-        return f"<Task {self.name} queue={self.queue}>"
 
     def options(
         self,
@@ -145,6 +111,10 @@ class Task(Generic[P, R]):
     async def enqueue_async(self, conn: psycopg.AsyncConnection[Any], **kwargs: Any) -> int:
         """Enqueue in ``conn``'s current transaction; returns the job id."""
         return await _enqueue_db.enqueue_one_async(conn, self.app.schema, self.job(**kwargs))
+
+
+class _TaskDecorator(Protocol):
+    def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...
 
 
 class App:
@@ -253,7 +223,7 @@ class App:
 
         def register(func: Callable[..., Any]) -> Task[Any, Any]:
             task_name = name or f"{func.__module__}.{func.__qualname__}"
-            if not _TASK_NAME.fullmatch(task_name):
+            if not _enqueue.TASK_NAME.fullmatch(task_name):
                 raise ConfigError(f"invalid task name {task_name!r}: give name=... (letters, digits, _ . : -)")
             if task_name in self.tasks:
                 raise ConfigError(f"task {task_name!r} is already registered")
@@ -278,7 +248,7 @@ class App:
                 log_args=log_args,
             )
             self.tasks[task_name] = created
-            _cron.bind_pending(self, func, created)
+            self._bind_parked(func, created)
             return created
 
         return register(fn) if fn is not None else register
@@ -320,7 +290,22 @@ class App:
             "cron": cron, "timezone": timezone, "queue": queue, "priority": priority, "args": args,
             "missed": missed, "max_catchup": max_catchup, "grace": grace,
         }  # fmt: skip
-        return _cron.periodic(self, name, options)
+        # Validate everything but the task name now, so mistakes surface where they are made.
+        _cron.build_schedule(
+            "periodic", name or "periodic", options, known=None, max_payload_bytes=self.max_payload_bytes
+        )
+
+        def decorate(target: _F) -> _F:
+            if isinstance(target, Task):
+                self._add_schedule(self._schedule(target.name, name, options))
+            elif callable(target):
+                _cron.park(target, name, options)  # @app.task, applied next, registers it
+                self._unbound_periodic.append(target)
+            else:
+                raise ConfigError(f"@app.periodic decorates a task or a function, not {target!r}")
+            return target
+
+        return decorate
 
     def add_schedule(
         self,
@@ -345,7 +330,53 @@ class App:
             "cron": cron, "timezone": timezone, "queue": queue, "priority": priority, "args": args,
             "missed": missed, "max_catchup": max_catchup, "grace": grace,
         }  # fmt: skip
-        return _cron.add_schedule(self, name, task, options)
+        return self._add_schedule(self._schedule(task, name, options))
+
+    def declared_schedules(self) -> list[_cron.Schedule]:
+        """The app's schedules, sorted by name.
+
+        Raises:
+            ConfigError: an ``@app.periodic`` decorated a function that never became a task.
+        """
+        if self._unbound_periodic:
+            names = ", ".join(getattr(f, "__qualname__", repr(f)) for f in self._unbound_periodic)
+            raise ConfigError(
+                f"@app.periodic on {names}, which is not a task: stack it directly above or below @app.task"
+            )
+        return [self.schedules[n] for n in sorted(self.schedules)]
+
+    def _schedule(
+        self, task: str, name: str | None, options: Mapping[str, Any], *, known: bool = True
+    ) -> _cron.Schedule:
+        """The schedule ``options`` declare; defaults come from ``task`` when it is
+        registered here (and ``known``)."""
+        return _cron.build_schedule(
+            task, name, options, known=self.tasks.get(task) if known else None, max_payload_bytes=self.max_payload_bytes
+        )
+
+    def _add_schedule(self, schedule: _cron.Schedule) -> _cron.Schedule:
+        if schedule.name in self.schedules:
+            raise ConfigError(
+                f"schedule {schedule.name!r} is already declared in this app; "
+                "give each schedule of a task its own name="
+            )
+        known = self.tasks.get(schedule.task)
+        if known is not None:  # a task of another service cannot be checked here
+            _cron.check_args(schedule, known)
+        self.schedules[schedule.name] = schedule
+        return schedule
+
+    def _bind_parked(self, fn: Callable[..., Any], task: Task[Any, Any]) -> None:
+        """``@app.task`` made ``task`` of ``fn``: check the schedules already declared for it
+        by name, and register those a lower ``@app.periodic`` parked on ``fn``."""
+        for schedule in self.schedules.values():
+            if schedule.task == task.name:
+                _cron.check_args(schedule, task)
+        parked = _cron.take_parked(fn)
+        for name, options in parked:
+            self._add_schedule(self._schedule(task.name, name, options))
+        if parked:
+            self._unbound_periodic[:] = [f for f in self._unbound_periodic if f is not fn]
 
     # -- enqueue by name ----------------------------------------------------------------
 
@@ -373,17 +404,10 @@ class App:
 
     def migrate(self) -> list[int]:
         """Apply pending migrations; returns the versions applied."""
-        from .migrate import migrate
-
         with _dsn.open_connection(self.database) as conn:
             return migrate(conn, self.schema)
 
     def worker(self, config: WorkerConfig | None = None, **overrides: Any) -> Worker:
-        """A :class:`~pgqueue.worker.Worker` for this app (not started)."""
-        from .worker.worker import Worker
-
+        """A :class:`~pgqueue.Worker` for this app (not started)."""
         cfg = replace(config or self.worker_config, **overrides)
         return Worker(self, cfg)
-
-    def task_limits(self) -> Mapping[str, int]:
-        return {name: t.max_attempts for name, t in self.tasks.items()}

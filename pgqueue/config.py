@@ -7,10 +7,23 @@ from dataclasses import dataclass
 
 from .errors import ConfigError, InvalidQueueError
 
-__all__ = ["DEFAULT_QUEUE", "WorkerConfig", "validate_queue"]
+__all__ = [
+    "ALIVE_INTERVALS",
+    "DEAD_WORKER_GRACE",
+    "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_QUEUE",
+    "WorkerConfig",
+    "validate_queue",
+]
 
 DEFAULT_QUEUE = "default"
+#: Attempts a job gets when neither its task nor its enqueue says otherwise.
+DEFAULT_MAX_ATTEMPTS = 20
 DAY = 86_400.0
+#: A worker counts as alive for this many heartbeat intervals after its last heartbeat.
+ALIVE_INTERVALS = 3
+#: A registration expired for this long (seconds) is removed by maintenance.
+DEAD_WORKER_GRACE = 300.0
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
 
 
@@ -75,7 +88,7 @@ class WorkerConfig:
     #: How often the LISTEN connection is checked while it is quiet.
     listener_health_interval: float = 15.0
     #: Default attempts for jobs whose task is unknown to the rescuer's process.
-    default_max_attempts: int = 20
+    default_max_attempts: int = DEFAULT_MAX_ATTEMPTS
     #: A claim from the head of the claim index that takes this long (seconds) means dead
     #: index entries are piling up (a long-held snapshot): the worker then resumes claims
     #: after the last job it took, rewinding now and then (see _claim_cursor). 0: never.

@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -34,11 +34,9 @@ from prometheus_client.registry import Collector
 
 from ._db.admin import metrics_queue_stats
 from ._db.sql import validate_schema
+from .config import WorkerConfig
 from .errors import ConfigError
 from .models import Job, JobState
-
-if TYPE_CHECKING:
-    from .worker.worker import Worker
 
 __all__ = ["QueueStatsCollector", "WorkerMetrics", "serve_metrics"]
 
@@ -210,24 +208,27 @@ class WorkerMetrics:
         self.queue_stats.close()
 
 
-async def serve_metrics(worker: Worker) -> WorkerMetrics | None:
-    """The metrics of ``worker``, served per its config; None when ``metrics_port`` is None.
+async def serve_metrics(
+    config: WorkerConfig,
+    *,
+    dsn: str,
+    schema: str,
+    queues: Sequence[str],
+    in_flight: Callable[[], float],
+    listener_connected: Callable[[], float],
+) -> WorkerMetrics | None:
+    """A worker's metrics, served per its ``config``; None when ``metrics_port`` is None.
 
     Raises :class:`~pgqueue.ConfigError` when no port of the range can be bound.
     """
-    cfg = worker.config
-    if cfg.metrics_port is None:
+    if config.metrics_port is None:
         return None
     metrics = WorkerMetrics(
-        dsn=worker.app.dsn,
-        schema=worker.app.schema,
-        queues=worker.queues,
-        in_flight=lambda: worker.in_flight,
-        listener_connected=lambda: float(worker.listener is not None and worker.listener.connected.is_set()),
+        dsn=dsn, schema=schema, queues=queues, in_flight=in_flight, listener_connected=listener_connected
     )
     try:
-        await asyncio.to_thread(metrics.serve, cfg.metrics_host, cfg.metrics_port, cfg.metrics_port_span)
+        await asyncio.to_thread(metrics.serve, config.metrics_host, config.metrics_port, config.metrics_port_span)
     except OSError as exc:
         metrics.close()
-        raise ConfigError(f"cannot serve metrics on {cfg.metrics_host}:{cfg.metrics_port}: {exc}") from exc
+        raise ConfigError(f"cannot serve metrics on {config.metrics_host}:{config.metrics_port}: {exc}") from exc
     return metrics

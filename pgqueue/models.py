@@ -5,13 +5,14 @@ from __future__ import annotations
 import contextvars
 import enum
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from .errors import Cancel
 
-__all__ = ["FINAL_STATES", "Job", "JobContext", "JobSpec", "JobState"]
+__all__ = ["FINAL_STATES", "RUN_AT_MAX", "RUN_AT_MIN", "Job", "JobContext", "JobSpec", "JobState", "Outcome"]
 
 
 class JobState(enum.StrEnum):
@@ -27,6 +28,11 @@ class JobState(enum.StrEnum):
 
 
 FINAL_STATES = frozenset({JobState.COMPLETED, JobState.DISCARDED, JobState.CANCELLED})
+
+#: run_at must fall in this range (UTC), as the jobs_run_at_range CHECK also enforces:
+#: inside it every time zone's view of the value is a valid Python datetime.
+RUN_AT_MIN = datetime(1900, 1, 1, tzinfo=UTC)
+RUN_AT_MAX = datetime(9999, 1, 1, tzinfo=UTC)
 
 #: Default of ``Job.scheduled_at`` for code that builds a Job without it: replaced by run_at.
 _SAME_AS_RUN_AT: Final = datetime.min.replace(tzinfo=UTC)
@@ -125,3 +131,12 @@ class JobSpec:
     delay: float | None = None
     unique_key: str | None = None
     max_attempts: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What an attempt ended in, ready to be written (internal: the worker's record)."""
+
+    state: JobState  # retryable, completed, discarded or cancelled
+    delay: float = 0.0  # seconds before the next attempt (retryable only)
+    error: Mapping[str, Any] | None = None

@@ -17,9 +17,9 @@ from psycopg import pq, sql
 from psycopg.rows import dict_row
 
 import pgqueue
-from pgqueue._db.jobs import Outcome, cursor_params, outcome_params
+from pgqueue._db.jobs import cursor_params, outcome_params
 from pgqueue._db.sql import queries_for
-from pgqueue.models import JobState
+from pgqueue.models import JobState, Outcome
 
 Conn = psycopg.Connection[Any]
 AConn = psycopg.AsyncConnection[Any]

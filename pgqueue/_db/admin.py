@@ -3,13 +3,11 @@ purge batches, the status views read in one pipeline, and the demo's counts.
 
 Every statement is a named query of ``sql/queries/admin.sql`` run on the caller's
 (synchronous) connection. A schema without pgqueue's objects surfaces as
-:class:`~pgqueue.SchemaNotInstalledError` (see :func:`translate_errors`).
+:class:`~pgqueue.SchemaNotInstalledError` (see :func:`~pgqueue._db.errors.translated`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import date, datetime, timedelta
 from typing import Any
 
@@ -17,8 +15,8 @@ import psycopg
 import psycopg.errors
 from psycopg.rows import dict_row
 
-from .._dsn import migrate_hint
-from ..errors import SchemaNotInstalledError
+from .conn import Conn, expect_row
+from .errors import translated
 from .schema import db_now
 from .sql import queries_for
 
@@ -39,27 +37,9 @@ __all__ = [
     "retry_job",
     "set_application_name",
     "status_rows",
-    "translate_errors",
 ]
 
-Conn = psycopg.Connection[Any]
 Row = dict[str, Any]
-
-
-@contextmanager
-def translate_errors(conn: Conn, schema: str) -> Iterator[None]:
-    """Missing tables, views or functions become :class:`SchemaNotInstalledError`."""
-    try:
-        yield
-    except (
-        psycopg.errors.UndefinedTable,
-        psycopg.errors.UndefinedFunction,
-        psycopg.errors.UndefinedColumn,
-        psycopg.errors.InvalidSchemaName,
-    ):
-        raise SchemaNotInstalledError(
-            f"schema {schema!r} lacks pgqueue's tables, views or functions: {migrate_hint(conn, schema)}"
-        ) from None
 
 
 # -- jobs ---------------------------------------------------------------------------------
@@ -72,30 +52,30 @@ def list_jobs(
     q = queries_for(schema)
     params = {"state": state, "queue": queue, "task": task, "limit": limit}
     query = q["job_list"] if state is None else q["job_list_in_state"]
-    with translate_errors(conn, schema), conn.cursor(row_factory=dict_row) as cur:
+    with translated(conn, schema), conn.cursor(row_factory=dict_row) as cur:
         return cur.execute(query, params).fetchall()
 
 
 def get_job(conn: Conn, schema: str, job_id: int) -> Row | None:
-    with translate_errors(conn, schema), conn.cursor(row_factory=dict_row) as cur:
+    with translated(conn, schema), conn.cursor(row_factory=dict_row) as cur:
         return cur.execute(queries_for(schema)["job_get"], {"id": job_id}).fetchone()
 
 
 def job_state(conn: Conn, schema: str, job_id: int) -> str | None:
-    with translate_errors(conn, schema):
+    with translated(conn, schema):
         row = conn.execute(queries_for(schema)["job_state"], {"id": job_id}).fetchone()
     return None if row is None else str(row[0])
 
 
 def cancel_job(conn: Conn, schema: str, job_id: int) -> str | None:
     """The job's state after the cancel, or None when there is no such job."""
-    with translate_errors(conn, schema):
+    with translated(conn, schema):
         row = conn.execute(queries_for(schema)["job_cancel"], {"id": job_id}).fetchone()
     return None if row is None or row[0] is None else str(row[0])
 
 
 def retry_job(conn: Conn, schema: str, job_id: int) -> bool:
-    with translate_errors(conn, schema):
+    with translated(conn, schema):
         row = conn.execute(queries_for(schema)["job_retry"], {"id": job_id}).fetchone()
     return bool(row is not None and row[0])
 
@@ -105,7 +85,7 @@ def retry_batch(
 ) -> tuple[int, int, int | None]:
     """Retry the next batch of ``partition`` in its own transaction: (retried, seen, last id)."""
     query = queries_for(schema).compose("job_retry_batch", identifiers={"part": partition})
-    with translate_errors(conn, schema), conn.transaction():
+    with translated(conn, schema), conn.transaction():
         row = conn.execute(query, {"after": after, "task": task, "batch": batch}).fetchone()
     if row is None or row[2] is None:
         return 0, 0, None
@@ -114,9 +94,11 @@ def retry_batch(
 
 def purge_cutoff(conn: Conn, schema: str, older_than: timedelta) -> tuple[datetime, date]:
     """The database clock minus ``older_than``, and today's UTC date."""
-    with translate_errors(conn, schema):
-        row = conn.execute(queries_for(schema)["job_purge_cutoff"], {"older_than": older_than}).fetchone()
-    assert row is not None
+    with translated(conn, schema):
+        row = expect_row(
+            conn.execute(queries_for(schema)["job_purge_cutoff"], {"older_than": older_than}).fetchone(),
+            "job_purge_cutoff",
+        )
     return row[0], row[1]
 
 
@@ -125,7 +107,7 @@ def purge_batch(
 ) -> tuple[int, int | None]:
     """Delete the next batch of ``partition`` in its own transaction: (deleted, last id)."""
     query = queries_for(schema).compose("job_purge_batch", identifiers={"part": partition})
-    with translate_errors(conn, schema), conn.transaction():
+    with translated(conn, schema), conn.transaction():
         row = conn.execute(query, {"cutoff": cutoff, "after": after, "batch": batch}).fetchone()
     if row is None or row[1] is None:
         return 0, None
@@ -167,7 +149,7 @@ def status_rows(conn: Conn, schema: str, *, failures_limit: int, retention: bool
     if retention:
         queries.append(("retention", q["status_retention"], None))
     queries.append(("clock", q["status_clock"], None))
-    with translate_errors(conn, schema), conn.pipeline() as pipeline:
+    with translated(conn, schema), conn.pipeline() as pipeline:
         try:
             cursors = [conn.cursor(row_factory=dict_row) for _ in queries]
             for cur, (_, query, params) in zip(cursors, queries, strict=True):

@@ -6,15 +6,56 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Awaitable
-from typing import Any, TypeVar
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol, TypeVar
 
 import psycopg
 import psycopg_pool
 from psycopg.conninfo import conninfo_to_dict
 
-__all__ = ["application_name", "brief", "within"]
+from ..retry import Backoff
+
+__all__ = [
+    "RECONNECT_BACKOFF",
+    "TRANSIENT",
+    "AConn",
+    "AnyConn",
+    "Conn",
+    "ConnectionSource",
+    "application_name",
+    "brief",
+    "expect_row",
+    "within",
+]
+
+#: The connection types every DB module takes (the caller's, or one from a pool).
+Conn = psycopg.Connection[Any]
+AConn = psycopg.AsyncConnection[Any]
+AnyConn = Conn | AConn
+
+#: Errors that mean "the database is unreachable right now": every caller logs and retries.
+TRANSIENT: tuple[type[BaseException], ...] = (psycopg.OperationalError, psycopg_pool.PoolTimeout)
+
+#: Retrying a statement the worker cannot do without (claim, outcomes) or a connection:
+#: 0.05 s, doubling up to 5 s, reset by the next success.
+RECONNECT_BACKOFF = Backoff(base=0.05, cap=5.0, jitter=False)
+
+
+class ConnectionSource(Protocol):
+    """Where async connections come from: a psycopg pool, or the worker's connections."""
+
+    def connection(self) -> AbstractAsyncContextManager[AConn]: ...
+
 
 T = TypeVar("T")
+Row = TypeVar("Row")
+
+
+def expect_row(row: Row | None, query: str) -> Row:
+    """``row``, which ``query`` always returns (an aggregate, a function call)."""
+    if row is None:
+        raise RuntimeError(f"query {query} returned no row")
+    return row
 
 
 def application_name(dsn: str, purpose: str) -> dict[str, Any]:

@@ -5,22 +5,47 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 import psycopg.errors
 
 from .._dsn import migrate_hint
-from ..cron.schedule import Schedule
 from ..errors import SchemaNotInstalledError
+from .conn import AConn, expect_row
 from .sql import lock_name, queries_for
 
 __all__ = ["TICK_HISTORY_DAYS", "CronDB", "Fired", "ScheduleState", "StatusRow", "status_rows"]
 
-AConn = psycopg.AsyncConnection[Any]
 
 #: Tick history kept in cron_ticks (the latest tick of each schedule is always kept).
 TICK_HISTORY_DAYS = 7
+
+
+class Schedule(Protocol):
+    """What the scheduler's statements read of a schedule (a :class:`pgqueue.Schedule`)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def task(self) -> str: ...
+    @property
+    def expression(self) -> str: ...
+    @property
+    def timezone(self) -> str: ...
+    @property
+    def queue(self) -> str: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def args_json(self) -> str: ...
+    @property
+    def missed(self) -> str: ...
+    @property
+    def max_catchup(self) -> int: ...
+    @property
+    def grace(self) -> float: ...
+    def unique_key(self, tick: datetime) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +90,7 @@ class CronDB:
             {
                 "names": [s.name for s in schedules],
                 "tasks": [s.task for s in schedules],
-                "crons": [s.expr.expression for s in schedules],
+                "crons": [s.expression for s in schedules],
                 "timezones": [s.timezone for s in schedules],
                 "queues": [s.queue for s in schedules],
                 "priorities": [s.priority for s in schedules],
@@ -82,8 +107,7 @@ class CronDB:
     async def try_lock(self, conn: AConn) -> tuple[bool, datetime, datetime]:
         """Inside a transaction: (won the lock, now(), clock_timestamp())."""
         cur = await conn.execute(self.q["cron_lock"], {"lock_name": self.lock_name})
-        row = await cur.fetchone()
-        assert row is not None
+        row = expect_row(await cur.fetchone(), "cron_lock")
         return bool(row[0]), _utc(row[1]), _utc(row[2])
 
     async def lock_schedules(self, conn: AConn, names: Sequence[str]) -> dict[str, ScheduleState]:
@@ -158,6 +182,6 @@ def status_rows(conn: psycopg.Connection[Any], schema: str) -> list[StatusRow]:
     """
     try:
         rows = conn.execute(queries_for(schema)["cron_status_list"]).fetchall()
-    except psycopg.errors.UndefinedTable:
+    except psycopg.errors.UndefinedTable:  # the boundary: see .errors
         raise SchemaNotInstalledError(f"schema {schema!r} has no cron tables: {migrate_hint(conn, schema)}") from None
     return [StatusRow(*row) for row in rows]

@@ -1,6 +1,6 @@
 """The DB layer of enqueue: one job by one named query, many by COPY (plus the keyed ones
 by the race-safe function), sync and async twins; database refusals become pgqueue's
-errors through :func:`pgqueue._enqueue.translate`.
+errors through :func:`pgqueue._db.errors.enqueue_error`.
 
 Enqueue never commits: it runs inside whatever transaction the caller's connection has
 open, which is what makes a job exist iff the caller's transaction commits.
@@ -15,15 +15,30 @@ from typing import Any
 
 import psycopg
 
-from .._enqueue import AnyConn, params, translate
 from ..errors import InvalidArgumentsError, PgQueueError
 from ..models import JobSpec
+from .conn import AnyConn, expect_row
+from .errors import enqueue_error
 from .sql import queries_for
 
 __all__ = ["enqueue_many", "enqueue_many_async", "enqueue_one", "enqueue_one_async"]
 
 
 # -- one job ---------------------------------------------------------------------------
+
+
+def params(spec: JobSpec) -> dict[str, Any]:
+    """The parameters of ``job_insert`` / ``job_enqueue`` for one job."""
+    return {
+        "task": spec.task,
+        "args": spec.args_json,
+        "queue": spec.queue,
+        "priority": spec.priority,
+        "run_at": spec.run_at,
+        "delay": spec.delay or 0.0,
+        "unique_key": spec.unique_key,
+        "max_attempts": spec.max_attempts,
+    }
 
 
 def _query(schema: str, spec: JobSpec) -> bytes:
@@ -36,9 +51,8 @@ def enqueue_one(conn: psycopg.Connection[Any], schema: str, spec: JobSpec) -> in
     try:
         row = conn.execute(_query(schema, spec), params(spec)).fetchone()
     except psycopg.Error as exc:
-        raise translate(exc, conn, schema) from exc
-    assert row is not None
-    return int(row[0])
+        raise enqueue_error(exc, conn, schema) from exc
+    return int(expect_row(row, "job_insert")[0])
 
 
 async def enqueue_one_async(conn: psycopg.AsyncConnection[Any], schema: str, spec: JobSpec) -> int:
@@ -46,9 +60,8 @@ async def enqueue_one_async(conn: psycopg.AsyncConnection[Any], schema: str, spe
         cur = await conn.execute(_query(schema, spec), params(spec))
         row = await cur.fetchone()
     except psycopg.Error as exc:
-        raise translate(exc, conn, schema) from exc
-    assert row is not None
-    return int(row[0])
+        raise enqueue_error(exc, conn, schema) from exc
+    return int(expect_row(row, "job_insert")[0])
 
 
 # -- many jobs -------------------------------------------------------------------------
@@ -108,15 +121,15 @@ class _Batch:
             yield (spec.task, spec.args_json, spec.queue, spec.priority, at, at, state, spec.max_attempts)
 
     def translate(self, exc: psycopg.Error, conn: AnyConn, schema: str) -> Exception:
-        """:func:`translate`, naming the row the database refused when it says which."""
+        """:func:`enqueue_error`, naming the row the database refused when it says which."""
         found = _COPY_LINE.search(exc.diag.context or "")
         if found is None:
-            return translate(exc, conn, schema)
+            return enqueue_error(exc, conn, schema)
         row = int(found[1])  # the n-th COPY row: count the keyed rows before it back in
         for keyed in self.keyed_rows:
             if keyed <= row:
                 row += 1
-        error = translate(exc, conn, schema)
+        error = enqueue_error(exc, conn, schema)
         if isinstance(error, PgQueueError):
             return type(error)(f"enqueue_many row {row}: {error}")
         error.add_note(f"enqueue_many row {row}")

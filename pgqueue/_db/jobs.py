@@ -11,36 +11,30 @@ import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-import psycopg
-
-from ..models import Job, JobState
-from ..worker.claim_cursor import HEAD, ClaimCursor
+from ..models import Job, Outcome
+from .conn import AConn, Conn, expect_row
+from .errors import NotPermittedError, translated
 from .sql import lock_name, queries_for
 
 __all__ = [
+    "HEAD",
+    "ClaimKey",
     "JobsDB",
     "LiveStats",
-    "Outcome",
     "TickResult",
-    "VacuumNotAllowedError",
     "VacuumResult",
     "cursor_params",
     "outcome_params",
 ]
 
-AConn = psycopg.AsyncConnection[Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What an attempt ended in, ready to be written."""
-
-    state: JobState  # retryable, completed, discarded or cancelled
-    delay: float = 0.0  # seconds before the next attempt (retryable only)
-    error: Mapping[str, Any] | None = None
+#: A position in claim order, ((-priority), run_at, id) ascending: where a claim of one
+#: queue resumes scanning the claim index (see pgqueue.worker.claim_cursor).
+ClaimKey = tuple[int, datetime, int]
+#: Before every key: a scan "after" it starts at the head of the index.
+HEAD: ClaimKey = (-(2**31), datetime(1, 1, 1, tzinfo=UTC), 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,10 +55,6 @@ class LiveStats:
     modified: int = 0  # rows changed since the last ANALYZE
 
 
-class VacuumNotAllowedError(Exception):
-    """The session's role lacks the right to VACUUM the live partition."""
-
-
 @dataclass(frozen=True, slots=True)
 class VacuumResult:
     dead_before: int
@@ -82,22 +72,22 @@ def outcome_params(items: Sequence[tuple[int, uuid.UUID, Outcome]]) -> dict[str,
     return {"outcomes": json.dumps(rows, default=str)}
 
 
-def cursor_params(queues: Sequence[str], after: Mapping[str, ClaimCursor] | None = None) -> dict[str, Any]:
+def cursor_params(queues: Sequence[str], after: Mapping[str, ClaimKey] | None = None) -> dict[str, Any]:
     """Queue and cursor parameters of ``job_claim_one_queue`` (one queue) or
     ``job_claim_many_queues``; queues without a cursor are scanned from the head."""
     keys = [(after or {}).get(q, HEAD) for q in queues]
     if len(queues) == 1:
         return {
             "queue": queues[0],
-            "after_priority": keys[0].neg_priority,
-            "after_run_at": keys[0].run_at,
-            "after_id": keys[0].id,
+            "after_priority": keys[0][0],
+            "after_run_at": keys[0][1],
+            "after_id": keys[0][2],
         }
     return {
         "queues": list(queues),
-        "after_priority": [k.neg_priority for k in keys],
-        "after_run_at": [k.run_at for k in keys],
-        "after_id": [k.id for k in keys],
+        "after_priority": [k[0] for k in keys],
+        "after_run_at": [k[1] for k in keys],
+        "after_id": [k[2] for k in keys],
     }
 
 
@@ -116,7 +106,7 @@ class JobsDB:
         lease: float,
         worker_id: str,
         outcomes: Sequence[tuple[int, uuid.UUID, Outcome]] = (),
-        after: Mapping[str, ClaimCursor] | None = None,
+        after: Mapping[str, ClaimKey] | None = None,
     ) -> tuple[list[Job], set[int]]:
         """Claim up to ``limit`` jobs; returns them with the ids of ``outcomes`` written.
 
@@ -125,6 +115,9 @@ class JobsDB:
 
         Buffered ``outcomes`` ride along in the same pipeline: one round trip and one
         commit for both (a failure of either rolls back both, and both are retried).
+
+        Raises:
+            PartitionMissingError: an outcome's finished-job partition does not exist.
         """
         params: dict[str, Any] = {
             "tasks": list(task_limits),
@@ -138,6 +131,12 @@ class JobsDB:
         if not outcomes:
             cur = await conn.execute(query, params)
             return [Job(*row) for row in await cur.fetchall()], set()
+        with translated(conn, self.schema, missing_schema=False, partition=True):
+            return await self._claim_and_record(conn, query, params, outcomes)
+
+    async def _claim_and_record(
+        self, conn: AConn, query: bytes, params: dict[str, Any], outcomes: Sequence[tuple[int, uuid.UUID, Outcome]]
+    ) -> tuple[list[Job], set[int]]:
         async with conn.pipeline() as pipeline:
             written_cur = conn.cursor()
             claim_cur = conn.cursor()
@@ -149,16 +148,20 @@ class JobsDB:
         return jobs, written
 
     async def record_outcomes(self, conn: AConn, items: Sequence[tuple[int, uuid.UUID, Outcome]]) -> set[int]:
-        """Write outcomes; returns the ids whose lease was still valid (the rest are fenced)."""
-        cur = await conn.execute(self.q["job_record_outcomes"], outcome_params(items))
-        return {row[0] for row in await cur.fetchall()}
+        """Write outcomes; returns the ids whose lease was still valid (the rest are fenced).
 
-    def record_outcomes_sync(
-        self, conn: psycopg.Connection[Any], items: Sequence[tuple[int, uuid.UUID, Outcome]]
-    ) -> set[int]:
+        Raises:
+            PartitionMissingError: a finished-job partition does not exist.
+        """
+        with translated(conn, self.schema, missing_schema=False, partition=True):
+            cur = await conn.execute(self.q["job_record_outcomes"], outcome_params(items))
+            return {row[0] for row in await cur.fetchall()}
+
+    def record_outcomes_sync(self, conn: Conn, items: Sequence[tuple[int, uuid.UUID, Outcome]]) -> set[int]:
         """:meth:`record_outcomes` on a blocking connection (a transactional sync handler's
         transaction, so the outcome commits with the handler's writes)."""
-        return {row[0] for row in conn.execute(self.q["job_record_outcomes"], outcome_params(items)).fetchall()}
+        with translated(conn, self.schema, missing_schema=False, partition=True):
+            return {row[0] for row in conn.execute(self.q["job_record_outcomes"], outcome_params(items)).fetchall()}
 
     async def register(self, conn: AConn, registration: Mapping[str, Any]) -> None:
         """Create or refresh this worker's row in ``worker_registry`` (``registry_upsert``)."""
@@ -219,8 +222,7 @@ class JobsDB:
                 "default_max_attempts": default_max_attempts,
             },
         )
-        row = await cur.fetchone()
-        assert row is not None
+        row = expect_row(await cur.fetchone(), "maintenance_tick")
         return TickResult(bool(row[0]), int(row[1]), int(row[2]), int(row[3]), row[5])
 
     async def live_stats(self, conn: AConn) -> LiveStats:
@@ -243,14 +245,15 @@ class JobsDB:
         if stats.dead < max(threshold, stats.live):
             return None
         if not stats.can_vacuum:
-            raise VacuumNotAllowedError(f"this role may not VACUUM {self.schema}.jobs_live (not its owner)")
+            raise NotPermittedError(f"this role may not VACUUM {self.schema}.jobs_live (not its owner)")
         lock = {"lock_name": lock_name("vacuum", self.schema)}
         cur = await conn.execute(self.q["vacuum_lock"], lock)
         got = await cur.fetchone()
         if not got or not got[0]:
             return None
         try:
-            await conn.execute(self.q["vacuum_live"], prepare=False)  # utility statements cannot be prepared
+            with translated(conn, self.schema, missing_schema=False, privilege=True):
+                await conn.execute(self.q["vacuum_live"], prepare=False)  # utility statements cannot be prepared
         finally:
             await conn.execute(self.q["vacuum_unlock"], lock)
         after = await self.live_stats(conn)

@@ -11,11 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from typing import Any
 
 import psycopg
 from psycopg import sql
 
+from .._dsn import migrate_hint
+from ..errors import SchemaNotInstalledError
+from .conn import Conn, expect_row
+from .errors import translated
 from .sql import LockPurpose, Migration, lock_name, queries_for, sql_root
 
 __all__ = [
@@ -49,15 +52,18 @@ __all__ = [
     "utc_day",
 ]
 
-Conn = psycopg.Connection[Any]
-
 
 # -- locks and the clock ------------------------------------------------------------------
 
 
 def lock_wait(conn: Conn, purpose: LockPurpose, schema: str) -> None:
-    """Wait for the transaction-scoped advisory lock of ``purpose`` in ``schema``."""
-    conn.execute(queries_for(schema)["lock_wait"], {"lock_name": lock_name(purpose, schema)})
+    """Wait for the transaction-scoped advisory lock of ``purpose`` in ``schema``.
+
+    Raises:
+        LockBusyError: not granted within the transaction's ``lock_timeout``.
+    """
+    with translated(conn, schema, missing_schema=False, lock=True):
+        conn.execute(queries_for(schema)["lock_wait"], {"lock_name": lock_name(purpose, schema)})
 
 
 def lock_try(conn: Conn, purpose: LockPurpose, schema: str) -> bool:
@@ -73,8 +79,7 @@ def lock_timeout(conn: Conn, schema: str, seconds: float) -> None:
 
 def db_now(conn: Conn, schema: str) -> datetime:
     """The database clock (the transaction's start)."""
-    row = conn.execute(queries_for(schema)["db_now"]).fetchone()
-    assert row is not None
+    row = expect_row(conn.execute(queries_for(schema)["db_now"]).fetchone(), "db_now")
     return row[0]  # type: ignore[no-any-return]
 
 
@@ -162,15 +167,36 @@ def attach_day_partition(conn: Conn, schema: str, parent: str, child: str, day: 
 
 
 def create_day_partition_via_owner(conn: Conn, schema: str, parent: str, day: date) -> None:
-    conn.execute(queries_for(schema)["partition_create_via_owner"], {"parent": parent, "day": day})
+    """Create a day partition through the owner's SECURITY DEFINER function (a worker
+    role may not create tables; see pgqueue.roles).
+
+    Raises:
+        SchemaNotInstalledError: the function is missing (the roles were never installed).
+    """
+    try:
+        conn.execute(queries_for(schema)["partition_create_via_owner"], {"parent": parent, "day": day})
+    except psycopg.errors.UndefinedFunction:
+        raise SchemaNotInstalledError(
+            f"this role does not own schema {schema!r} and cannot create its day partitions: "
+            f"{migrate_hint(conn, schema, '--create-roles')} as a superuser (it installs create_partition() "
+            "for the worker role), or run the worker as the schema's owner"
+        ) from None
 
 
 def drop_day_partition(conn: Conn, schema: str, child: str) -> None:
-    conn.execute(queries_for(schema).compose("partition_drop", identifiers={"child": child}))
+    """DROP a day partition (the session owns it).
+
+    Raises:
+        LockBusyError: the parent's lock was not granted within ``lock_timeout``.
+    """
+    with translated(conn, schema, missing_schema=False, lock=True):
+        conn.execute(queries_for(schema).compose("partition_drop", identifiers={"child": child}))
 
 
 def drop_day_partition_via_owner(conn: Conn, schema: str, child: str) -> None:
-    conn.execute(queries_for(schema)["partition_drop_via_owner"], {"child": child})
+    """Drop a day partition through the owner's function (see :func:`drop_day_partition`)."""
+    with translated(conn, schema, missing_schema=False, lock=True):
+        conn.execute(queries_for(schema)["partition_drop_via_owner"], {"child": child})
 
 
 # -- retention's bookkeeping --------------------------------------------------------------
@@ -193,8 +219,13 @@ def brin_recent_indexes(conn: Conn, schema: str) -> list[str]:
 
 
 def brin_summarize(conn: Conn, schema: str, index: str) -> int:
-    """Summarise an index's new block ranges; returns how many were added."""
-    row = conn.execute(queries_for(schema)["brin_summarize"], {"index": index}).fetchone()
+    """Summarise an index's new block ranges; returns how many were added.
+
+    Raises:
+        NotPermittedError: this role may not (only the owner may).
+    """
+    with translated(conn, schema, missing_schema=False, privilege=True):
+        row = conn.execute(queries_for(schema)["brin_summarize"], {"index": index}).fetchone()
     return int(row[0]) if row else 0
 
 

@@ -22,7 +22,7 @@ from .._db.admin import db_now
 from .._db.cron import StatusRow, status_rows
 from .._db.sql import lock_name, validate_schema
 from .._dsn import announce, open_connection
-from ..cron.schedule import Schedule, schedules_of
+from ..cron.schedule import Schedule
 from ..cron.ticks import CronExpr
 from ..errors import ConfigError
 from .common import STATE_STYLE, DsnOpt, SchemaOpt, app, connect, console, guard
@@ -205,7 +205,7 @@ def list_schedules(
             from ..runner.loader import load_app
 
             loaded = load_app(target)
-            declared = schedules_of(loaded)
+            declared = loaded.declared_schedules()
             loaded.configure(dsn=dsn)  # --dsn, else the app's own database
             announce(loaded.database)
             conn = open_connection(loaded.database)

@@ -181,9 +181,9 @@ def enqueue(
     dsn: DsnOpt = None,
     schema: SchemaOpt = "pgqueue",
 ) -> None:
-    """Enqueue one job through the SQL function and print its id."""
-    from .. import _enqueue
-    from .._db import enqueue as _enqueue_db
+    """Enqueue one job and print its id."""
+    from .._db.sql import validate_schema
+    from ..ops import enqueue_job, make_job
 
     try:
         parsed = json.loads(args)
@@ -193,21 +193,18 @@ def enqueue(
         raise fail("--args must be a JSON object, like '{\"user_id\": 42}'")
 
     def go() -> int:
-        spec = _enqueue.make_spec(
+        job = make_job(
             task,
             parsed,
             queue=queue,
             priority=priority,
-            run_at=None,
             delay=delay or None,
             unique_key=unique_key,
             max_attempts=max_attempts,
-            max_bytes=_enqueue.DEFAULT_MAX_PAYLOAD_BYTES,
         )
-        from .._db.sql import validate_schema
-
-        with connect(dsn) as conn:
-            return _enqueue_db.enqueue_one(conn, validate_schema(schema), spec)
+        validate_schema(schema)
+        with connect(dsn) as conn:  # nothing is sent before the job is known to be valid
+            return enqueue_job(conn, schema, job)
 
     console.print(guard(go))
 
@@ -227,6 +224,7 @@ def demo(
 
 from . import jobs as _jobs  # noqa: E402,F401
 from . import status as _status  # noqa: E402,F401  (registers `pgqueue jobs ...`, `status`, `top`)
+from . import top as _top  # noqa: E402,F401
 from .cron import cron_app as _cron_app  # noqa: E402,F401  (registers `pgqueue cron ...`)
 from .embedded import embedded_app as _embedded_app  # noqa: E402,F401  (registers `pgqueue embedded ...`)
 

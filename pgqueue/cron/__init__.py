@@ -11,7 +11,6 @@ from .schedule import (
     MissedPolicy,
     Schedule,
     due_ticks,
-    schedules_of,
 )
 
 __all__ = [
@@ -22,5 +21,4 @@ __all__ = [
     "MissedPolicy",
     "Schedule",
     "due_ticks",
-    "schedules_of",
 ]

@@ -1,8 +1,9 @@
 """Cron schedules: declaring them (``@app.periodic``, ``app.add_schedule``) and deciding,
 from a cursor and the database's "now", which ticks are due under the missed-tick policy.
 
-The scheduler loop that turns due ticks into jobs lives in ``_cron_loop``; the time
-arithmetic (croniter, time zones, DST) in ``_cron_time``.
+The scheduler that turns due ticks into jobs lives in :mod:`.scheduler`; the time
+arithmetic (croniter, time zones, DST) in :mod:`.ticks`. The declared schedules belong to
+the :class:`~pgqueue.App`; the rules for declaring them are here.
 """
 
 from __future__ import annotations
@@ -12,17 +13,27 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
+from typing import Any, Literal, get_args
 
 from .. import _enqueue
 from ..config import DEFAULT_QUEUE, validate_queue
 from ..errors import ConfigError
+from ..task import TaskDef
 from .ticks import CronExpr
 
-if TYPE_CHECKING:
-    from ..app import App, Task
-
-__all__ = ["DEFAULT_GRACE", "DEFAULT_MAX_CATCHUP", "DEFAULT_MISSED", "Due", "MissedPolicy", "Schedule"]
+__all__ = [
+    "DEFAULT_GRACE",
+    "DEFAULT_MAX_CATCHUP",
+    "DEFAULT_MISSED",
+    "Due",
+    "MissedPolicy",
+    "Schedule",
+    "build_schedule",
+    "check_args",
+    "due_ticks",
+    "park",
+    "take_parked",
+]
 
 MissedPolicy = Literal["skip", "latest", "all"]
 DEFAULT_MISSED: MissedPolicy = "latest"
@@ -32,10 +43,6 @@ MAX_CATCHUP_LIMIT = 10_000
 DEFAULT_GRACE = 60.0
 # Schedule names end up in the job's unique_key ("cron:<name>:<tick>"), capped at 200.
 _SCHEDULE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,149}")  # fullmatch: "$" accepts a trailing "\n"
-_TASK_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,199}")
-_PENDING_ATTR = "__pgqueue_schedules__"
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
@@ -72,7 +79,7 @@ class Schedule:
                 f"invalid schedule name {self.name!r}: use 1-150 characters (letters, digits, _ . : -), "
                 "starting with a letter, digit or _"
             )
-        if not isinstance(self.task, str) or not _TASK_NAME.fullmatch(self.task):
+        if not isinstance(self.task, str) or not _enqueue.TASK_NAME.fullmatch(self.task):
             raise ConfigError(f"schedule {self.name!r}: invalid task name {self.task!r}")
         validate_queue(self.queue)
         if isinstance(self.priority, bool) or not isinstance(self.priority, int):
@@ -102,6 +109,11 @@ class Schedule:
         object.__setattr__(self, "args", json.loads(args_json))
         object.__setattr__(self, "args_json", args_json)
         object.__setattr__(self, "expr", expr)
+
+    @property
+    def expression(self) -> str:
+        """The expression as the scheduler evaluates it (a hashed ``H`` resolved)."""
+        return self.expr.expression
 
     def unique_key(self, tick: datetime) -> str:
         """The job's unique_key for ``tick``: ``cron:<name>:<tick in UTC, ISO 8601>``."""
@@ -151,92 +163,54 @@ def due_ticks(schedule: Schedule, cursor: datetime, now: datetime) -> Due:
     return Due(fired_missed + on_time, new_cursor, dropped)
 
 
-# -- declaring ------------------------------------------------------------------------------
+# -- declaring (the App keeps the declared schedules; these are the rules) ----------------
+
+#: Where an ``@app.periodic`` below ``@app.task`` parks its options on the plain function,
+#: until ``@app.task`` wraps it and registers the schedule.
+_PARKED_ATTR = "__pgqueue_schedules__"
 
 
-def _schedule_for(app: App, task_name: str, name: str | None, options: dict[str, Any]) -> Schedule:
-    known = app.tasks.get(task_name)
-    if options.get("queue") is None:
-        options["queue"] = known.queue if known is not None else DEFAULT_QUEUE
-    if options.get("priority") is None:
-        options["priority"] = known.priority if known is not None else 0
-    if options.get("args") is None:
-        options["args"] = {}
-    return Schedule(name=name or task_name, task=task_name, max_payload_bytes=app.max_payload_bytes, **options)
+def build_schedule(
+    task_name: str,
+    name: str | None,
+    options: Mapping[str, Any],
+    *,
+    known: TaskDef | None,
+    max_payload_bytes: int,
+) -> Schedule:
+    """The schedule ``options`` declare for ``task_name``; ``queue`` and ``priority``
+    default to the task's when it is ``known`` here, else ``"default"`` and 0.
+
+    Raises:
+        ConfigError: any option is invalid.
+    """
+    opts = dict(options)
+    if opts.get("queue") is None:
+        opts["queue"] = known.queue if known is not None else DEFAULT_QUEUE
+    if opts.get("priority") is None:
+        opts["priority"] = known.priority if known is not None else 0
+    if opts.get("args") is None:
+        opts["args"] = {}
+    return Schedule(name=name or task_name, task=task_name, max_payload_bytes=max_payload_bytes, **opts)
 
 
-def check_args(schedule: Schedule, task: Task[Any, Any]) -> None:
+def check_args(schedule: Schedule, task: TaskDef) -> None:
     """Refuse a schedule whose ``args`` its task's handler would not accept."""
     problem = task.args_checker.problem(schedule.args)
     if problem is not None:
         raise ConfigError(f"schedule {schedule.name!r}: args do not fit task {task.name!r}: {problem}")
 
 
-def register(app: App, schedule: Schedule) -> Schedule:
-    if schedule.name in app.schedules:
-        raise ConfigError(
-            f"schedule {schedule.name!r} is already declared in this app; give each schedule of a task its own name="
-        )
-    known = app.tasks.get(schedule.task)
-    if known is not None:  # a task of another service cannot be checked here
-        check_args(schedule, known)
-    app.schedules[schedule.name] = schedule
-    return schedule
+def park(fn: Callable[..., Any], name: str | None, options: Mapping[str, Any]) -> None:
+    """Keep a schedule's options on ``fn`` until it becomes a task (see :func:`take_parked`)."""
+    parked: list[tuple[str | None, dict[str, Any]]] = getattr(fn, _PARKED_ATTR, [])
+    parked.append((name, dict(options)))
+    setattr(fn, _PARKED_ATTR, parked)
 
 
-def periodic(app: App, name: str | None, options: dict[str, Any]) -> Callable[[F], F]:
-    """The decorator behind :meth:`App.periodic`.
-
-    Above ``@app.task`` it receives the task and registers at once. Below it, it receives
-    the plain function: the options are parked on the function and validated now, and
-    ``@app.task`` registers the schedule when it wraps the function.
-    """
-    from ..app import Task
-
-    # Validate everything but the task name now, so mistakes surface where they are made.
-    _schedule_for(app, "periodic", name or "periodic", dict(options))
-
-    def decorate(target: F) -> F:
-        if isinstance(target, Task):
-            register(app, _schedule_for(app, target.name, name, dict(options)))
-        elif callable(target):
-            pending: list[tuple[str | None, dict[str, Any]]] = getattr(target, _PENDING_ATTR, [])
-            pending.append((name, dict(options)))
-            setattr(target, _PENDING_ATTR, pending)
-            app._unbound_periodic.append(target)
-        else:
-            raise ConfigError(f"@app.periodic decorates a task or a function, not {target!r}")
-        return target
-
-    return decorate
-
-
-def bind_pending(app: App, fn: Callable[..., Any], task: Task[Any, Any]) -> None:
-    """Called by ``@app.task``: check the schedules already declared for it by name, and
-    register those parked on ``fn`` by a lower ``@app.periodic``."""
-    for schedule in app.schedules.values():
-        if schedule.task == task.name:
-            check_args(schedule, task)
-    pending: list[tuple[str | None, dict[str, Any]]] = getattr(fn, _PENDING_ATTR, [])
-    for name, options in pending:
-        register(app, _schedule_for(app, task.name, name, dict(options)))
-    if pending:
-        delattr(fn, _PENDING_ATTR)
-        app._unbound_periodic[:] = [f for f in app._unbound_periodic if f is not fn]
-
-
-def add_schedule(app: App, name: str, task: str, options: dict[str, Any]) -> Schedule:
-    """The function behind :meth:`App.add_schedule` (a task given by name)."""
-    return register(app, _schedule_for(app, task, name, options))
-
-
-def schedules_of(app: App) -> list[Schedule]:
-    """The app's schedules, sorted by name.
-
-    Raises:
-        ConfigError: an ``@app.periodic`` decorated a function that never became a task.
-    """
-    if app._unbound_periodic:
-        names = ", ".join(getattr(f, "__qualname__", repr(f)) for f in app._unbound_periodic)
-        raise ConfigError(f"@app.periodic on {names}, which is not a task: stack it directly above or below @app.task")
-    return [app.schedules[n] for n in sorted(app.schedules)]
+def take_parked(fn: Callable[..., Any]) -> list[tuple[str | None, dict[str, Any]]]:
+    """The schedules parked on ``fn`` (name, options), removed from it."""
+    parked: list[tuple[str | None, dict[str, Any]]] = getattr(fn, _PARKED_ATTR, [])
+    if parked:
+        delattr(fn, _PARKED_ATTR)
+    return parked

@@ -40,20 +40,17 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
-import psycopg_pool
 
+from .._db.conn import ConnectionSource
 from .._db.cron import TICK_HISTORY_DAYS, CronDB, Fired, ScheduleState
 from ..maintenance.service import PeriodicService
 from ..retry import Backoff
-from .schedule import Schedule, schedules_of
+from .schedule import Schedule
 
-if TYPE_CHECKING:
-    from ..app import App
-
-__all__ = ["CronScheduler", "CronService", "CronStats", "RunResult", "scheduler_for"]
+__all__ = ["CronScheduler", "CronService", "CronStats", "RunResult"]
 
 log = logging.getLogger("pgqueue.cron")
 
@@ -93,7 +90,8 @@ class _DbClock:
         self.offset = db_time.timestamp() - (sent + received) / 2
 
     def now(self) -> datetime:
-        assert self.offset is not None
+        if self.offset is None:
+            raise RuntimeError("the database clock is read before any query returned it")
         return datetime.fromtimestamp(time.monotonic() + self.offset, UTC)
 
 
@@ -107,7 +105,7 @@ class CronScheduler:
     def __init__(
         self,
         schedules: Iterable[Schedule],
-        pool: psycopg_pool.AsyncConnectionPool,
+        pool: ConnectionSource,
         *,
         schema: str,
         worker_id: str,
@@ -285,15 +283,3 @@ class CronService(PeriodicService[float]):
         if due is not None:
             wait = min(wait, (due - now).total_seconds() + self.rand(0.0, cron.max_jitter))
         return max(wait, 0.0)
-
-
-def scheduler_for(app: App, pool: psycopg_pool.AsyncConnectionPool, *, worker_id: str) -> CronScheduler | None:
-    """The scheduler a worker of ``app`` runs, or None when the app declares no schedule.
-
-    Raises:
-        ConfigError: an ``@app.periodic`` decorated a function that never became a task.
-    """
-    schedules = schedules_of(app)
-    if not schedules:
-        return None
-    return CronScheduler(schedules, pool, schema=app.schema, worker_id=worker_id)

@@ -219,7 +219,8 @@ class CronExpr:
 
     def _offset(self, instant: datetime) -> timedelta:
         offset = instant.astimezone(self.zone).utcoffset()
-        assert offset is not None
+        if offset is None:  # a ZoneInfo always has one
+            raise ValueError(f"time zone {self.zone} gives no UTC offset for {instant}")
         return offset
 
     def _transitions(self, lo: datetime, hi: datetime) -> list[_Transition]:

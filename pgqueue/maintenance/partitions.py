@@ -15,8 +15,6 @@ import psycopg
 import psycopg.errors
 
 from .._db import schema as db
-from .._dsn import migrate_hint
-from ..errors import SchemaNotInstalledError
 
 __all__ = ["FINISHED_PARENTS", "drop_day", "ensure_partitions", "partition_name"]
 
@@ -32,14 +30,7 @@ def partition_name(parent: str, day: date) -> str:
 def _create_day_via_owner(conn: psycopg.Connection[Any], schema: str, parent: str, day: date) -> None:
     # A worker role (see pgqueue.roles) may not create tables: the owner's SECURITY DEFINER
     # function does it, and only this.
-    try:
-        db.create_day_partition_via_owner(conn, schema, parent, day)
-    except psycopg.errors.UndefinedFunction:
-        raise SchemaNotInstalledError(
-            f"this role does not own schema {schema!r} and cannot create its day partitions: "
-            f"{migrate_hint(conn, schema, '--create-roles')} as a superuser (it installs create_partition() "
-            "for the worker role), or run the worker as the schema's owner"
-        ) from None
+    db.create_day_partition_via_owner(conn, schema, parent, day)
 
 
 def _create_day(conn: psycopg.Connection[Any], schema: str, parent: str, day: date) -> None:

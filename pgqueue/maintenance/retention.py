@@ -27,9 +27,9 @@ import psycopg
 import psycopg.errors
 
 from .._db import schema as db
-from ..config import WorkerConfig
+from .._db.errors import LockBusyError, NotPermittedError
+from ..config import DEAD_WORKER_GRACE, WorkerConfig
 from ..models import JobState
-from ..worker.registry import DEAD_WORKER_GRACE
 from .partitions import drop_day
 
 __all__ = [
@@ -111,7 +111,7 @@ def apply_retention(
                 db.lock_timeout(conn, schema, 1)
                 drop_day(conn, schema, child)  # as the owner, or through its function (worker role)
             result.dropped.append(child)
-        except psycopg.errors.LockNotAvailable:
+        except LockBusyError:
             result.skipped.append(child)
     if result.dropped:
         log.info("retention: dropped %d finished-job partitions: %s", len(result.dropped), ", ".join(result.dropped))
@@ -130,6 +130,6 @@ def summarize_recent(conn: psycopg.Connection[Any], schema: str) -> int:
     try:
         for index in db.brin_recent_indexes(conn, schema):
             added += db.brin_summarize(conn, schema, index)
-    except psycopg.errors.InsufficientPrivilege as exc:
+    except NotPermittedError as exc:
         log.debug("cannot summarise BRIN indexes (%s); leaving it to autovacuum", exc)
     return added

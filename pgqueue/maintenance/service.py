@@ -24,24 +24,19 @@ import contextlib
 import logging
 import random
 from collections.abc import Awaitable, Callable, Iterable
+from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar, Generic, TypeVar
 
-import psycopg
-import psycopg_pool
-
-from .._db.conn import brief
+from .._db.conn import TRANSIENT, AConn, brief
 from ..retry import Backoff, Retries
 
-__all__ = ["RECONNECT_BACKOFF", "TRANSIENT", "Maintainer", "PeriodicService"]
+__all__ = ["Connect", "Maintainer", "PeriodicService"]
 
 R = TypeVar("R")
 
-#: Errors that mean "the database is unreachable right now": logged and retried.
-TRANSIENT: tuple[type[BaseException], ...] = (psycopg.OperationalError, psycopg_pool.PoolTimeout)
 
-#: Retrying a statement the worker cannot do without (claim, outcomes) or a connection:
-#: 0.05 s, doubling up to 5 s, reset by the next success.
-RECONNECT_BACKOFF = Backoff(base=0.05, cap=5.0, jitter=False)
+#: A connection from the worker's pool (``pool.connection()``).
+Connect = Callable[[], AbstractAsyncContextManager[AConn]]
 
 Sleep = Callable[[float], Awaitable[None]]
 Uniform = Callable[[float, float], float]

@@ -21,7 +21,8 @@ from typing import Any
 import psycopg
 import psycopg.errors
 
-from .._db.jobs import JobsDB, VacuumNotAllowedError, VacuumResult
+from .._db.errors import NotPermittedError
+from .._db.jobs import JobsDB, VacuumResult
 from ..config import WorkerConfig
 from ..retry import Backoff, Retries
 from .service import PeriodicService
@@ -78,7 +79,7 @@ class VacuumService(PeriodicService[VacuumRound]):
     async def run_once(self) -> VacuumRound:
         try:
             return await self._round()
-        except (psycopg.errors.InsufficientPrivilege, VacuumNotAllowedError) as exc:
+        except NotPermittedError as exc:
             log.warning("cannot vacuum the live partition (%s); leaving it to autovacuum", exc)
             self.may_vacuum = False
             return VacuumRound()

@@ -9,20 +9,16 @@ quoted); values are bound parameters. Read functions never write. ``retry_jobs``
 from __future__ import annotations
 
 from .._duration import parse_duration
+from .enqueue import enqueue_job, make_job
 from .jobs import (
-    JobDetail,
-    JobError,
-    JobSummary,
-    PurgeResult,
-    RetryResult,
     cancel_job,
     get_job,
-    jsonable,
     list_jobs,
     purge_jobs,
     retry_job,
     retry_jobs,
 )
+from .results import JobDetail, JobError, JobSummary, PurgeResult, RetryResult, jsonable
 from .status import FailureGroup, Health, QueueStats, StatusSnapshot, WorkerInfo, status
 
 __all__ = [
@@ -37,9 +33,11 @@ __all__ = [
     "StatusSnapshot",
     "WorkerInfo",
     "cancel_job",
+    "enqueue_job",
     "get_job",
     "jsonable",
     "list_jobs",
+    "make_job",
     "parse_duration",
     "purge_jobs",
     "retry_job",

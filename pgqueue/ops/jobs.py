@@ -3,117 +3,30 @@
 from __future__ import annotations
 
 import dataclasses
-import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal
+from datetime import UTC, datetime, timedelta
 from typing import Any
-
-import psycopg
-import psycopg.errors
 
 from .._db import admin as db
 from .._db import schema as _schema_db
-from .._db.admin import translate_errors
+from .._db.conn import Conn
+from .._db.errors import LockBusyError, translated
 from .._db.sql import validate_schema
 from ..errors import ConfigError, JobNotFoundError, PgQueueError
 from ..maintenance.partitions import drop_day
 from ..models import FINAL_STATES, JobState
+from .results import JobDetail, JobError, JobSummary, PurgeResult, RetryResult
 
 __all__ = [
-    "JobDetail",
-    "JobError",
-    "JobSummary",
-    "PurgeResult",
-    "RetryResult",
     "cancel_job",
     "get_job",
-    "jsonable",
     "list_jobs",
     "purge_jobs",
     "retry_job",
     "retry_jobs",
 ]
 
-Conn = psycopg.Connection[Any]
 MAX_LIST_LIMIT = 10_000
-
-# -- results ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class JobError:
-    """One failed attempt, as the worker (or the rescuer) recorded it."""
-
-    attempt: int | None
-    type: str
-    message: str
-    traceback: str | None
-    worker: str | None
-    at: datetime | None
-
-    @classmethod
-    def from_json(cls, obj: Mapping[str, Any]) -> JobError:
-        at = obj.get("at")
-        return cls(
-            attempt=obj.get("attempt"),
-            type=str(obj.get("type") or "Error"),
-            message=str(obj.get("message") or ""),
-            traceback=obj.get("traceback"),
-            worker=obj.get("worker"),
-            at=datetime.fromisoformat(at) if isinstance(at, str) else None,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class JobSummary:
-    """A job as ``list_jobs`` returns it: everything but its arguments and full errors."""
-
-    id: int
-    queue: str
-    task: str
-    state: JobState
-    priority: int
-    attempt: int
-    max_attempts: int | None
-    run_at: datetime
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    unique_key: str | None
-    worker_id: str | None
-    error_count: int
-    last_error: str | None  #: "Type: message" of the latest failed attempt
-    #: The time the job was scheduled for at enqueue (a cron job: its tick); unlike
-    #: ``run_at`` no retry moves it. A job finished before schema version 6 shows its run_at.
-    scheduled_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class JobDetail(JobSummary):
-    """A job with its arguments and every failed attempt (``get_job``)."""
-
-    args: dict[str, Any]
-    errors: list[JobError]
-    lease_expires_at: datetime | None
-    cancel_requested_at: datetime | None  #: an operator asked the running job to stop
-
-
-@dataclass(frozen=True, slots=True)
-class RetryResult:
-    retried: int  #: jobs put back to available
-    skipped: int  #: left as they were: a live job holds their unique_key
-
-
-@dataclass(frozen=True, slots=True)
-class PurgeResult:
-    state: JobState
-    cutoff: datetime  #: rows finished before this instant (database clock) were removed
-    dropped_partitions: list[str]
-    dropped_rows_estimate: int  #: from the planner's statistics of the dropped partitions
-    deleted_rows: int  #: removed by batched DELETE from the boundary partition(s)
-
 
 # -- helpers ------------------------------------------------------------------------------
 
@@ -123,25 +36,6 @@ def _state(value: str | JobState) -> JobState:
         return JobState(value)
     except ValueError:
         raise ConfigError(f"unknown state {value!r}: use one of {', '.join(s.value for s in JobState)}") from None
-
-
-def jsonable(value: Any) -> Any:
-    """Results as JSON-ready values: dataclasses → dicts, times → ISO 8601, enums → values."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, datetime | date):
-        return value.isoformat()
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, Decimal):
-        return float(value)
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [jsonable(v) for v in value]
-    return value
 
 
 def _summary_kwargs(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -297,7 +191,7 @@ def purge_jobs(
     validate_schema(schema)
     parent = f"jobs_{st.value}"
     cutoff, today = db.purge_cutoff(conn, schema, older_than)
-    with translate_errors(conn, schema):
+    with translated(conn, schema):
         partitions = _schema_db.partition_list(conn, schema)
     dropped: list[str] = []
     estimate = 0
@@ -326,7 +220,7 @@ def purge_jobs(
 def _drop_partition(conn: Conn, schema: str, name: str, lock_timeout: float) -> None:
     try:
         _drop_partition_now(conn, schema, name, lock_timeout)
-    except psycopg.errors.LockNotAvailable:
+    except LockBusyError:
         raise PgQueueError(
             f"partition {name} is busy (lock timeout after {lock_timeout:g}s); partitions before it were "
             "dropped: run the purge again"
@@ -334,7 +228,7 @@ def _drop_partition(conn: Conn, schema: str, name: str, lock_timeout: float) -> 
 
 
 def _drop_partition_now(conn: Conn, schema: str, name: str, lock_timeout: float) -> None:
-    with translate_errors(conn, schema), conn.transaction():
+    with translated(conn, schema), conn.transaction():
         _schema_db.lock_timeout(conn, schema, lock_timeout)
         # The same lock as partition creation: never races a worker's maintenance.
         _schema_db.lock_wait(conn, "partitions", schema)

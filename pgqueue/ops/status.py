@@ -12,14 +12,11 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
-import psycopg
-
 from .._db import admin as db
+from .._db.conn import Conn
 from .._db.sql import validate_schema
 
 __all__ = ["FailureGroup", "Health", "QueueStats", "StatusSnapshot", "WorkerInfo", "status"]
-
-Conn = psycopg.Connection[Any]
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,9 +23,10 @@ cursor never engages and the claim order is exact.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import NamedTuple
 
+from .._db.jobs import HEAD as HEAD_KEY
 from ..models import Job
 
 __all__ = ["HEAD", "ClaimCursor", "ClaimCursors"]
@@ -53,7 +54,7 @@ class ClaimCursor(NamedTuple):
 
 
 #: Before every key: a scan "after" it starts at the head of the index.
-HEAD = ClaimCursor(-(2**31), datetime(1, 1, 1, tzinfo=UTC), 0)
+HEAD = ClaimCursor(*HEAD_KEY)
 
 
 class ClaimCursors:

@@ -19,46 +19,48 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-import psycopg
-import psycopg.errors
-import psycopg_pool
-
-from .._db.conn import brief, within
-from .._db.jobs import JobsDB, Outcome
-from ..maintenance.service import RECONNECT_BACKOFF
-from ..models import Job
+from .._db.conn import RECONNECT_BACKOFF, TRANSIENT, brief, within
+from .._db.errors import PartitionMissingError
+from .._db.jobs import JobsDB
+from ..models import Job, Outcome
 from ..retry import Retries
+from .connections import Connections
 
-__all__ = ["Batch", "Completer"]
+__all__ = ["Batch", "Completer", "Written"]
 
 log = logging.getLogger("pgqueue.completer")
 
 Batch = list[tuple[Job, Outcome]]
+#: Told of every outcome once the database answered: (job, outcome, accepted by the fence).
+Written = Callable[[Job, Outcome, bool], None]
 
 
 class Completer:
     def __init__(
         self,
         db: JobsDB,
-        pool: psycopg_pool.AsyncConnectionPool,
+        connections: Connections,
         *,
         batch_size: int,
         interval: float,
-        on_written: Callable[[Job, Outcome, bool], None],
         repair_partitions: Callable[[], Awaitable[object]],
         timeout: float = 30.0,
     ) -> None:
         self.db = db
-        self.pool = pool
+        self.connections = connections
         self.batch_size = batch_size
         self.interval = interval
-        self.on_written = on_written
+        self._subscribers: list[Written] = []
         self.repair_partitions = repair_partitions
         self.timeout = timeout  # longest a write may hang before its connection is given up
         self._pending: Batch = []
         self._arrived = asyncio.Event()
         self._full = asyncio.Event()
         self._lock = asyncio.Lock()
+
+    def subscribe(self, on_written: Written) -> None:
+        """Call ``on_written`` for every outcome the database answered for."""
+        self._subscribers.append(on_written)
 
     def submit(self, job: Job, outcome: Outcome) -> None:
         self._pending.append((job, outcome))
@@ -84,7 +86,9 @@ class Completer:
 
     def acknowledge(self, batch: Batch, written: set[int]) -> None:
         for job, outcome in batch:
-            self.on_written(job, outcome, job.id in written)
+            accepted = job.id in written
+            for on_written in self._subscribers:
+                on_written(job, outcome, accepted)
 
     async def run(self) -> None:
         while True:
@@ -101,19 +105,17 @@ class Completer:
             while self._pending:
                 batch = self._pending[: self.batch_size]
                 try:
-                    async with self.pool.connection() as conn:
+                    async with self.connections.connection() as conn:
                         written = await within(
                             self.timeout,
                             self.db.record_outcomes(conn, [(j.id, j.lease_token, o) for j, o in batch]),
                             "recording outcomes",
                         )
-                except psycopg.errors.CheckViolation as exc:
-                    if "no partition" not in str(exc):
-                        raise
+                except PartitionMissingError as exc:
                     log.warning("finished-job partition missing (%s); creating it", exc)
                     await self.repair_partitions()
                     continue
-                except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+                except TRANSIENT as exc:
                     delay = retries.next()
                     log.warning(
                         "could not record %d job outcomes (%s); retrying in %.2fs", len(batch), brief(exc), delay

@@ -1,4 +1,6 @@
-"""Waiting for an unreachable database at start-up: backoff, and one line per attempt.
+"""Reaching the database at start-up: the checks a worker makes before it claims (server
+up, schema current, finished-job partitions ready), and waiting for an unreachable
+database with backoff and one line per attempt.
 
 A worker started by a service manager (systemd, Kubernetes) may come up before its
 database; it waits instead of exiting. Each failed attempt logs where it tried (host, port,
@@ -14,10 +16,13 @@ from collections.abc import Awaitable, Callable
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
+from .._dsn import open_connection, unavailable
 from ..errors import DatabaseUnavailableError
+from ..maintenance.partitions import ensure_partitions
+from ..migrate import require_current
 from ..retry import Backoff
 
-__all__ = ["BACKOFF", "describe_target", "log_attempt", "wait_for_database"]
+__all__ = ["BACKOFF", "check_database", "describe_target", "log_attempt", "reach_database", "wait_for_database"]
 
 #: 0.5 s, 1 s, 2 s ... up to 30 s between attempts.
 BACKOFF = Backoff(base=0.5, factor=2.0, cap=30.0, jitter=False)
@@ -72,3 +77,28 @@ async def wait_for_database(
         except TimeoutError:
             continue
     return False
+
+
+def check_database(dsn: str, schema: str, *, days_ahead: int) -> None:
+    """The schema is installed and current, and today's partitions exist (blocking).
+
+    Raises:
+        DatabaseUnavailableError, SchemaNotInstalledError, MigrationError.
+    """
+    try:
+        with open_connection(dsn) as conn:
+            require_current(conn, schema)
+            ensure_partitions(conn, schema, days_ahead=days_ahead)
+    except psycopg.OperationalError as exc:  # lost after connecting
+        raise DatabaseUnavailableError.from_exc(exc) from exc
+
+
+async def reach_database(dsn: str, schema: str, *, days_ahead: int) -> None:
+    """:func:`check_database`, after an async connect: unlike the check in a thread, a
+    cancellation (a stop while waiting) can cut that short."""
+    try:
+        aconn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, connect_timeout=10)
+    except psycopg.OperationalError as exc:
+        raise unavailable(exc, dsn) from exc
+    await aconn.close()
+    await asyncio.to_thread(check_database, dsn, schema, days_ahead=days_ahead)

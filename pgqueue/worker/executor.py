@@ -1,186 +1,162 @@
-"""Runs one attempt of one job and decides its outcome. No SQL except for the
-transactional mode, where the completion must share the handler's transaction.
+"""Owns every attempt this process runs, from the claim to its log line.
 
-Outcome rules: return -> completed; ``Cancel`` -> cancelled; ``Retry(after)`` ->
-retryable after that delay; an exception of a ``non_retryable`` type, or arguments that
-do not fit the handler's signature (or cannot be decoded) -> discarded at once; any
-other exception or a timeout -> retryable after the task's backoff. A retryable outcome on
-the last attempt becomes discarded (the dead letter), with every error kept.
+One attempt, top to bottom (:meth:`Executor.attempt`): take a slot and hold the lease
+(:meth:`~Executor.start`), open the attempt's cancel flag, run the handler
+(:mod:`.handler`), turn an operator's cancel into the ``cancelled`` outcome, hand the
+outcome to the completer (a transactional handler committed its own), free the slot; when
+the completer reports the outcome written, drop the lease and record it once (stats,
+metrics, the log line: :class:`~pgqueue.worker.stats.Report`). The attempt's task returns
+the outcome it handed over.
+
+The heartbeat's answer comes here too (:meth:`~Executor.on_heartbeat`): an attempt whose
+lease was lost is cancelled (its outcome would be fenced anyway), and an operator's
+cancel request sets the attempt's flag (and cancels an ``async def`` handler).
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextvars
-import functools
-import threading
-import traceback
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Mapping
 
-import psycopg
-import psycopg_pool
+from ..models import CANCEL_FLAG, CancelFlag, Job, JobState, Outcome
+from ..task import TaskDef
+from .cancels import CancelFlags, operator_cancel_outcome
+from .capacity import Capacity
+from .completer import Completer
+from .handler import Attempt, HandlerRunner
+from .leases import Heartbeat, Leases
+from .stats import Report
 
-from .._db.jobs import JobsDB, Outcome
-from ..app import Task
-from ..errors import Cancel, InvalidArgumentsError, Retry, UndecodableArgsError
-from ..models import Job, JobContext, JobState
+__all__ = ["Executor"]
 
-__all__ = ["Attempt", "Executor", "LeaseLost"]
-
-_MAX_MESSAGE = 4000
-_MAX_TRACEBACK = 16000
-
-
-class LeaseLost(Exception):  # noqa: N818
-    """The job's lease was no longer ours when the transactional completion ran."""
-
-
-@dataclass(slots=True)
-class Attempt:
-    #: None when nothing is left to write (transactional success, or lease lost).
-    outcome: Outcome | None
-    #: A sync handler that timed out keeps its thread until it returns; the slot stays
-    #: taken until then, so capacity reflects reality.
-    straggler: asyncio.Future[Any] | None = None
-    #: True when a transactional handler committed its completion itself.
-    committed: bool = False
-
-
-def error_record(exc: BaseException, job: Job, worker_id: str) -> dict[str, Any]:
-    tb = "".join(traceback.format_exception(exc))
-    return {
-        "attempt": job.attempt,
-        "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
-        "message": str(exc)[:_MAX_MESSAGE],
-        "traceback": tb[-_MAX_TRACEBACK:],
-        "worker": worker_id,
-    }
-
-
-def _arguments_error(task: Task[Any, Any] | None, job: Job, exc: BaseException) -> BaseException:
-    """A ``TypeError`` raised because the stored arguments do not fit the handler (it
-    changed since enqueue, or the job came by name from SQL or another service) becomes
-    an :class:`InvalidArgumentsError`, which no retry can fix; any other error is kept."""
-    if task is None or type(exc) is not TypeError:
-        return exc
-    problem = task.args_checker.problem(job.args)
-    if problem is None:
-        return exc  # raised inside the handler: an ordinary failure
-    error = InvalidArgumentsError(f"task {task.name!r}: the job's arguments do not fit the handler: {problem}")
-    error.__cause__ = exc
-    return error
-
-
-def failure_outcome(task: Task[Any, Any] | None, job: Job, exc: BaseException, worker_id: str) -> Outcome:
-    original, exc = exc, _arguments_error(task, job, exc)
-    error = error_record(exc, job, worker_id)
-    last = job.attempt >= job.max_attempts
-    if isinstance(exc, Cancel):
-        return Outcome(JobState.CANCELLED, error=error)
-    if (
-        exc is not original
-        or isinstance(exc, UndecodableArgsError)
-        or (task is not None and task.non_retryable and isinstance(exc, task.non_retryable))
-    ):
-        return Outcome(JobState.DISCARDED, error=error)
-    if last:
-        return Outcome(JobState.DISCARDED, error=error)
-    if isinstance(exc, Retry):
-        return Outcome(JobState.RETRYABLE, delay=exc.after, error=error)
-    delay = task.retry.delay(job.attempt) if task is not None else 1.0
-    return Outcome(JobState.RETRYABLE, delay=delay, error=error)
-
-
-COMPLETED = Outcome(JobState.COMPLETED)
+log = logging.getLogger("pgqueue.worker")
 
 
 class Executor:
     def __init__(
         self,
         *,
-        db: JobsDB,
+        tasks: Mapping[str, TaskDef],
+        runner: HandlerRunner,
+        capacity: Capacity,
+        leases: Leases,
+        completer: Completer,
+        report: Report,
         worker_id: str,
-        threads: concurrent.futures.ThreadPoolExecutor,
-        pool: psycopg_pool.AsyncConnectionPool,
-        sync_pool: Callable[[], psycopg_pool.ConnectionPool],
     ) -> None:
-        self.db = db
+        self.tasks = tasks
+        self.runner = runner
+        self.capacity = capacity
+        self.leases = leases
+        self.completer = completer
+        self.report = report
         self.worker_id = worker_id
-        self.threads = threads
-        self.pool = pool
-        self.sync_pool = sync_pool
-        self._sync_running = 0
-        self._sync_lock = threading.Lock()
+        self.cancels = CancelFlags()
+        #: job id -> the task running its attempt.
+        self.running: dict[int, asyncio.Task[Outcome | None]] = {}
+        self._started_at: dict[int, float] = {}
 
-    @property
-    def sync_running(self) -> int:
-        """Sync handlers running in their threads now (a timed-out one until it returns)."""
-        with self._sync_lock:
-            return self._sync_running
+    # -- one attempt ----------------------------------------------------------------------
 
-    async def run(self, task: Task[Any, Any], job: Job) -> Attempt:
-        straggler: asyncio.Future[Any] | None = None
+    def start(self, job: Job) -> None:
+        """Start a claimed job's attempt (its lease is held from now on)."""
+        stale = self.running.get(job.id)
+        if stale is not None:
+            # This process claimed the job again while an earlier attempt still runs here:
+            # that attempt lost its lease (the process froze past it and the job was
+            # rescued), so it can never complete. Stop it; its outcome would be fenced.
+            log.warning("job %d claimed again while a stale attempt still ran here; cancelling that one", job.id)
+            stale.cancel()
+        self.capacity.take()
+        self.leases.hold(job)
+        self._started_at[job.id] = time.monotonic()
+        self.running[job.id] = asyncio.create_task(self.attempt(job), name=f"pgqueue-job-{job.id}")
+
+    async def attempt(self, job: Job) -> Outcome | None:
+        """Run one attempt; returns the outcome handed to the completer, or None when
+        nothing was left to write (a transactional completion, a lost lease)."""
+        task = self.tasks[job.task]
+        flag = self.cancels.open(job.id, interruptible=task.is_async)
+        CANCEL_FLAG.set(flag)
         try:
-            if task.is_async:
-                await asyncio.wait_for(self._call_async(task, job), task.timeout)
-            else:
-                straggler = asyncio.get_running_loop().run_in_executor(
-                    self.threads, functools.partial(contextvars.copy_context().run, self._call_sync, task, job)
-                )
-                await asyncio.wait_for(asyncio.shield(straggler), task.timeout)
-                straggler = None
-        except TimeoutError:
-            exc = TimeoutError(f"task {task.name} exceeded its {task.timeout}s timeout")
-            return Attempt(failure_outcome(task, job, exc, self.worker_id), straggler)
-        except LeaseLost:
-            return Attempt(None)
-        except asyncio.CancelledError as exc:
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
-                raise  # we are being cancelled (shutdown, lost lease): not the handler's doing
-            return Attempt(failure_outcome(task, job, exc, self.worker_id))
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:  # noqa: BLE001 - a handler may raise anything, even SystemExit
-            return Attempt(failure_outcome(task, job, exc, self.worker_id))
-        if task.transactional:
-            return Attempt(None, committed=True)
-        return Attempt(COMPLETED)
-
-    async def _call_async(self, task: Task[Any, Any], job: Job) -> None:
-        if not task.transactional:
-            if task.pass_context:
-                await task.fn(JobContext(job, self.worker_id), **job.args)
-            else:
-                await task.fn(**job.args)
-            return
-        async with self.pool.connection() as conn, conn.transaction():
-            await task.fn(JobContext(job, self.worker_id, conn), **job.args)
-            held = await self.db.record_outcomes(conn, [(job.id, job.lease_token, COMPLETED)])
-            if job.id not in held:
-                raise LeaseLost()  # rolls back the handler's writes with it
-
-    def _call_sync(self, task: Task[Any, Any], job: Job) -> None:
-        with self._sync_lock:
-            self._sync_running += 1
+            attempt = await self.runner.run(task, job)
+        except BaseException as exc:
+            if not self.cancels.absorbs(job.id, exc):
+                # Cancelled: by shutdown (which releases the lease) or by a lost lease
+                # (already dropped). Either way nothing is written from here.
+                self._forget(job.id, flag)
+                self.capacity.release()
+                raise
+            attempt = Attempt(operator_cancel_outcome(job, self.worker_id))
+        outcome = self.cancels.adjust(job.id, attempt.outcome)
+        self._forget(job.id, flag)
         try:
-            self._call_sync_handler(task, job)
+            if outcome is not None:
+                if job.id in self.leases.held:
+                    self.completer.submit(job, outcome)
+            elif attempt.committed:
+                # Transactional success: the completion committed with the handler's writes.
+                self.leases.forget([job.id])
+                self.report.finished(job, JobState.COMPLETED, self._took(job))
+            else:
+                self.leases.forget([job.id])
+                self._started_at.pop(job.id, None)
+                self.report.refused(job, None)
+            if attempt.straggler is not None:
+                with contextlib.suppress(BaseException):
+                    await attempt.straggler
         finally:
-            with self._sync_lock:
-                self._sync_running -= 1
+            self.capacity.release()
+        return outcome
 
-    def _call_sync_handler(self, task: Task[Any, Any], job: Job) -> None:
-        if not task.transactional:
-            if task.pass_context:
-                task.fn(JobContext(job, self.worker_id), **job.args)
-            else:
-                task.fn(**job.args)
+    def written(self, job: Job, outcome: Outcome, accepted: bool) -> None:
+        """The completer wrote ``outcome`` (``accepted``), or the fence refused it."""
+        if self.leases.drop(job):
+            self.capacity.refill()
+        seconds = self._took(job)
+        if not accepted:
+            self.report.refused(job, outcome)
             return
-        conn: psycopg.Connection[Any]
-        with self.sync_pool().connection() as conn, conn.transaction():
-            task.fn(JobContext(job, self.worker_id, conn), **job.args)
-            if job.id not in self.db.record_outcomes_sync(conn, [(job.id, job.lease_token, COMPLETED)]):
-                raise LeaseLost()
+        self.report.finished(job, outcome.state, seconds, outcome)
+
+    def _forget(self, job_id: int, flag: CancelFlag) -> None:
+        """Drop an attempt's bookkeeping, unless a newer attempt of the job owns it."""
+        if self.running.get(job_id) is asyncio.current_task():
+            del self.running[job_id]
+        self.cancels.close(job_id, flag)
+
+    def _took(self, job: Job) -> float | None:
+        started = self._started_at.pop(job.id, None)
+        return None if started is None else time.monotonic() - started
+
+    # -- what the heartbeat brings --------------------------------------------------------
+
+    def on_heartbeat(self, beat: Heartbeat) -> None:
+        for job_id in self.cancels.request(beat.cancel):
+            log.info("job %d: cancel requested by an operator; cancelling its handler", job_id)
+            self._cancel(job_id)
+        for job_id in beat.lost:
+            self._cancel(job_id)
+
+    def _cancel(self, job_id: int) -> None:
+        running = self.running.get(job_id)
+        if running is not None:
+            running.cancel()
+
+    # -- stopping -------------------------------------------------------------------------
+
+    async def stop(self, timeout: float) -> dict[int, uuid.UUID]:
+        """Let running attempts finish for up to ``timeout`` seconds, then cancel the rest;
+        returns the leases of the attempts cut short (to release them)."""
+        if self.running:
+            await asyncio.wait(list(self.running.values()), timeout=timeout)
+        leftover = self.leases.of(self.running)
+        for task in list(self.running.values()):
+            task.cancel()
+        if self.running:
+            await asyncio.wait(list(self.running.values()), timeout=5)
+        return leftover

@@ -29,7 +29,7 @@ log = logging.getLogger("pgqueue.listener")
 class Listener:
     def __init__(
         self,
-        dsn: str,
+        dsn: Callable[[], str],
         db: JobsDB,
         queues: Collection[str],
         on_wake: Callable[[], None],
@@ -37,7 +37,7 @@ class Listener:
         health_interval: float = 15.0,
         max_backoff: float = 5.0,
     ) -> None:
-        self.dsn = dsn
+        self.dsn = dsn  # asked for at each connection: the worker knows it once it runs
         self.db = db  # LISTENs on its schema's wake-up channel
         self.queues = frozenset(queues)
         self.on_wake = on_wake
@@ -52,9 +52,8 @@ class Listener:
         while True:
             conn: psycopg.AsyncConnection[Any] | None = None
             try:
-                conn = await psycopg.AsyncConnection.connect(
-                    self.dsn, autocommit=True, **application_name(self.dsn, "listener")
-                )
+                dsn = self.dsn()
+                conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, **application_name(dsn, "listener"))
                 await self.db.listen(conn)
                 self.backend_pid = conn.info.backend_pid
                 if self.reconnects:

@@ -21,7 +21,7 @@ import pgqueue
 from pgqueue import ops
 from pgqueue._dsn import display_dsn
 from pgqueue.cli import app as cli_app
-from pgqueue.cli.status import Throughput
+from pgqueue.cli.top import Throughput
 from tests.apps.support import REPO
 from tests.cli_support import assert_one_clear_error
 from tests.conftest import running_worker, wait_until

@@ -171,7 +171,7 @@ async def test_handler_that_completes_despite_the_request_stays_completed(app: p
         assert row is not None
         assert row[0] is not None
         # Wait for a heartbeat to have flagged it, then let the handler finish its work.
-        await async_wait_until(lambda: worker._cancels.requested(job_id))
+        await async_wait_until(lambda: worker.executor.cancels.requested(job_id))
         release.set()
         await async_wait_until(lambda: state_of(conn, job_id) == "completed")
 

@@ -140,8 +140,8 @@ async def test_worker_with_an_engaged_cursor_still_runs_jobs_behind_it(app: pgqu
     async with running_worker(
         app, concurrency=4, fetch_batch=4, claim_cursor_threshold=1e-9, vacuum_interval=0
     ) as worker:
-        worker._cursors.set_pinned(True)
-        await async_wait_until(lambda: worker._cursors.engaged)
+        worker.cursors.set_pinned(True)
+        await async_wait_until(lambda: worker.cursors.engaged)
         # Behind the cursor in claim order: a higher priority, and a run_at in the past.
         c.options(priority=10).enqueue(conn, key="urgent")
         c.options(run_at=conn.execute("SELECT now() - interval '1 hour'").fetchone()[0]).enqueue(  # type: ignore[index]

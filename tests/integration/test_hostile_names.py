@@ -19,7 +19,7 @@ from psycopg.types.json import Jsonb
 from typer.testing import CliRunner
 
 import pgqueue
-from pgqueue._enqueue import translate
+from pgqueue._db.errors import enqueue_error
 from pgqueue.cli import app as cli_app
 from pgqueue.migrate import migrate
 from tests.enqueue_support import Conn, count_jobs, must_get_job
@@ -242,7 +242,7 @@ async def test_run_at_far_in_the_past_and_future(
             "INSERT INTO pgqueue.jobs_live (task, queue, state, run_at) VALUES ('t', 'hq', 'available', %s)",
             ["-infinity"],
         )
-    assert "between 1900-01-01 and 9999-01-01" in str(translate(info.value, conn, "pgqueue"))
+    assert "between 1900-01-01 and 9999-01-01" in str(enqueue_error(info.value, conn, "pgqueue"))
     assert count_jobs(conn) == 2
     oldest = echo.options(run_at=datetime(1900, 1, 1, tzinfo=UTC)).enqueue(conn, n="1900")
     past = echo.options(run_at=datetime(2000, 1, 1, 12, tzinfo=plus14)).enqueue(conn, n="2000")

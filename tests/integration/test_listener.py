@@ -31,7 +31,7 @@ async def wait_completed(
 async def idle(worker: pgqueue.Worker) -> None:
     """Wait until the worker has found the queue empty and gone to sleep."""
     await async_wait_until(lambda: worker.stats.empty_claims >= 1, timeout=10)
-    await async_wait_until(lambda: worker.stats.fetcher_waiting and not worker._wake.is_set(), timeout=10)
+    await async_wait_until(lambda: worker.stats.fetcher_waiting and not worker.fetcher.wake_pending, timeout=10)
 
 
 async def test_listen_wakes_an_idle_worker_long_before_the_poll_interval(

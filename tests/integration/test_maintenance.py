@@ -10,7 +10,7 @@ import psycopg_pool
 import pgqueue
 from pgqueue._db.jobs import JobsDB
 from pgqueue.config import WorkerConfig
-from pgqueue.maintenance.services import PartitionService, TickService
+from pgqueue.maintenance import PartitionService, TickService
 
 Conn = psycopg.Connection[Any]
 

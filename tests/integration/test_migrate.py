@@ -14,11 +14,11 @@ import pytest
 from psycopg import sql
 
 import pgqueue
-from pgqueue._db.jobs import Outcome, cursor_params, outcome_params
+from pgqueue._db.jobs import cursor_params, outcome_params
 from pgqueue._db.sql import load_migrations, queries_for
 from pgqueue.maintenance.partitions import FINISHED_PARENTS, ensure_partitions, partition_name
 from pgqueue.migrate import current_version, latest_version, migrate, require_current
-from pgqueue.models import JobState
+from pgqueue.models import JobState, Outcome
 
 Conn = psycopg.Connection[Any]
 

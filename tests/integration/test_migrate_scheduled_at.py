@@ -17,11 +17,11 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 import pgqueue
 import pgqueue.migrate
 from pgqueue import ops
-from pgqueue._db.jobs import JobsDB, Outcome
+from pgqueue._db.jobs import JobsDB
 from pgqueue._db.sql import load_migrations
 from pgqueue.maintenance.partitions import ensure_partitions
 from pgqueue.migrate import current_version, migrate
-from pgqueue.models import JobState
+from pgqueue.models import JobState, Outcome
 from pgqueue.roles import render_roles_sql, role_names
 from tests.conftest import server_dsn
 from tests.roles_support import drop_roles

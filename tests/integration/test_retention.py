@@ -14,8 +14,8 @@ from psycopg import sql
 import pgqueue
 from pgqueue.config import WorkerConfig
 from pgqueue.errors import ConfigError
+from pgqueue.maintenance import RetentionService
 from pgqueue.maintenance.retention import apply_retention, expired_partitions, retention_of
-from pgqueue.maintenance.services import RetentionService
 from tests.apps.support import worker_process
 from tests.cli_support import assert_one_clear_error, invoke
 from tests.conftest import wait_until

@@ -21,9 +21,9 @@ from typer.testing import CliRunner
 
 import pgqueue
 from pgqueue import ops
-from pgqueue._db.jobs import JobsDB, Outcome
+from pgqueue._db.jobs import JobsDB
 from pgqueue.cli import app as cli_app
-from pgqueue.models import Job, JobState
+from pgqueue.models import Job, JobState, Outcome
 from tests.apps.cron_support import db_value, scheduler, set_state
 from tests.apps.support import force_rescue, is_final
 from tests.conftest import async_wait_until, running_worker

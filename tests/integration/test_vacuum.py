@@ -82,10 +82,10 @@ async def test_vacuum_names_the_snapshot_that_pins_dead_rows_and_backs_off(
             await asyncio.sleep(0.5)  # a negative check: five base intervals, but the next one is >= 0.16s away
             backed_off = _vacuum_count(conn) - vacuums
             # Every process learns that dead rows are pinned (claims may then use a cursor)...
-            await async_wait_until(lambda: worker._cursors.pinned, timeout=15)
+            await async_wait_until(lambda: worker.cursors.pinned, timeout=15)
             holder.rollback()
             # ...and that they are not any more, once the snapshot is gone.
-            await async_wait_until(lambda: not worker._cursors.pinned, timeout=15)
+            await async_wait_until(lambda: not worker.cursors.pinned, timeout=15)
     message = record.getMessage()
     assert f"pid {holder_pid} ('long-report')" in message
     assert backed_off <= 2

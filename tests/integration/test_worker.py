@@ -351,7 +351,7 @@ async def test_stop_claims_nothing_new(app: pgqueue.App, conn: psycopg.Connectio
         await asyncio.wait_for(worker.listener.connected.wait(), 10)
         # Idle: the listener's catch-up wake-up was taken (by the start claim when it came
         # before it, else by a second claim) and no claim is in flight.
-        await async_wait_until(lambda: worker.stats.fetcher_waiting and not worker._wake.is_set())
+        await async_wait_until(lambda: worker.stats.fetcher_waiting and not worker.fetcher.wake_pending)
         worker.stop()
         second = finishing.enqueue(conn, n=2)  # commits and notifies while the worker drains
         await asyncio.wait_for(run, 10)

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 import pgqueue
-from pgqueue.cron import schedules_of
 from pgqueue.errors import ConfigError, InvalidArgumentsError, InvalidQueueError, PgQueueError
 
 
@@ -43,7 +42,7 @@ def test_periodic_below_task_and_several_schedules_per_task() -> None:
     assert app.schedules["cleanup-hourly"].queue == "maintenance"
     assert app.schedules["cleanup-hourly"].cron == "@hourly"
     assert app.schedules["cleanup-hourly"].expr.expression == "0 * * * *"
-    assert [s.name for s in schedules_of(app)] == ["cleanup-hourly", "cleanup-nightly"]
+    assert [s.name for s in app.declared_schedules()] == ["cleanup-hourly", "cleanup-nightly"]
 
 
 def test_add_schedule_by_task_name() -> None:
@@ -66,7 +65,7 @@ def test_periodic_on_a_function_that_never_becomes_a_task() -> None:
     def orphan() -> None: ...
 
     with pytest.raises(ConfigError, match=r"not a task: stack it directly above or below @app\.task"):
-        schedules_of(app)
+        app.declared_schedules()
 
 
 def test_schedule_names_are_unique_per_app() -> None:

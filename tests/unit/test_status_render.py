@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from pgqueue import ops
-from pgqueue.cli.status import Throughput, sparkline
+from pgqueue.cli.top import Throughput, sparkline
 
 
 def _snap(at: datetime, c1: int, c5: int) -> ops.StatusSnapshot:

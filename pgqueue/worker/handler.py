@@ -1,0 +1,192 @@
+"""Calls one attempt's handler and maps what it did to an outcome. No SQL except for
+the transactional mode, where the completion must share the handler's transaction (and
+goes through the DB layer's ``record_outcomes``).
+
+Outcome rules: return -> completed; ``Cancel`` -> cancelled; ``Retry(after)`` ->
+retryable after that delay; an exception of a ``non_retryable`` type, or arguments that
+do not fit the handler's signature (or cannot be decoded) -> discarded at once; any
+other exception or a timeout -> retryable after the task's backoff. A retryable outcome on
+the last attempt becomes discarded (the dead letter), with every error kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import functools
+import threading
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from .._db.jobs import JobsDB
+from ..errors import Cancel, InvalidArgumentsError, Retry, UndecodableArgsError
+from ..models import Job, JobContext, JobState, Outcome
+from ..task import TaskDef
+from .connections import Connections
+
+__all__ = ["COMPLETED", "Attempt", "HandlerRunner", "LeaseLost", "error_record", "failure_outcome"]
+
+_MAX_MESSAGE = 4000
+_MAX_TRACEBACK = 16000
+
+
+class LeaseLost(Exception):  # noqa: N818
+    """The job's lease was no longer ours when the transactional completion ran."""
+
+
+@dataclass(slots=True)
+class Attempt:
+    #: None when nothing is left to write (transactional success, or lease lost).
+    outcome: Outcome | None
+    #: A sync handler that timed out keeps its thread until it returns; the slot stays
+    #: taken until then, so capacity reflects reality.
+    straggler: asyncio.Future[Any] | None = None
+    #: True when a transactional handler committed its completion itself.
+    committed: bool = False
+
+
+def error_record(exc: BaseException, job: Job, worker_id: str) -> dict[str, Any]:
+    tb = "".join(traceback.format_exception(exc))
+    return {
+        "attempt": job.attempt,
+        "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+        "message": str(exc)[:_MAX_MESSAGE],
+        "traceback": tb[-_MAX_TRACEBACK:],
+        "worker": worker_id,
+    }
+
+
+def _arguments_error(task: TaskDef | None, job: Job, exc: BaseException) -> BaseException:
+    """A ``TypeError`` raised because the stored arguments do not fit the handler (it
+    changed since enqueue, or the job came by name from SQL or another service) becomes
+    an :class:`InvalidArgumentsError`, which no retry can fix; any other error is kept."""
+    if task is None or type(exc) is not TypeError:
+        return exc
+    problem = task.args_checker.problem(job.args)
+    if problem is None:
+        return exc  # raised inside the handler: an ordinary failure
+    error = InvalidArgumentsError(f"task {task.name!r}: the job's arguments do not fit the handler: {problem}")
+    error.__cause__ = exc
+    return error
+
+
+def failure_outcome(task: TaskDef | None, job: Job, exc: BaseException, worker_id: str) -> Outcome:
+    original, exc = exc, _arguments_error(task, job, exc)
+    error = error_record(exc, job, worker_id)
+    last = job.attempt >= job.max_attempts
+    if isinstance(exc, Cancel):
+        return Outcome(JobState.CANCELLED, error=error)
+    if (
+        exc is not original
+        or isinstance(exc, UndecodableArgsError)
+        or (task is not None and task.non_retryable and isinstance(exc, task.non_retryable))
+    ):
+        return Outcome(JobState.DISCARDED, error=error)
+    if last:
+        return Outcome(JobState.DISCARDED, error=error)
+    if isinstance(exc, Retry):
+        return Outcome(JobState.RETRYABLE, delay=exc.after, error=error)
+    delay = task.retry.delay(job.attempt) if task is not None else 1.0
+    return Outcome(JobState.RETRYABLE, delay=delay, error=error)
+
+
+COMPLETED = Outcome(JobState.COMPLETED)
+
+
+class HandlerRunner:
+    """Runs handlers: ``async def`` ones on the loop, plain ones in a thread pool of
+    ``threads`` threads (made on first use), each under its task's timeout."""
+
+    def __init__(self, *, db: JobsDB, worker_id: str, connections: Connections, threads: int) -> None:
+        self.db = db
+        self.worker_id = worker_id
+        self.connections = connections
+        self._threads_max = threads
+        self._threads: concurrent.futures.ThreadPoolExecutor | None = None
+        self._sync_running = 0
+        self._sync_lock = threading.Lock()
+
+    @property
+    def threads(self) -> concurrent.futures.ThreadPoolExecutor:
+        if self._threads is None:
+            self._threads = concurrent.futures.ThreadPoolExecutor(self._threads_max, thread_name_prefix="pgqueue-job")
+        return self._threads
+
+    def close(self) -> None:
+        """Stop the thread pool without waiting: a stuck sync handler keeps its thread."""
+        if self._threads is not None:
+            self._threads.shutdown(wait=False, cancel_futures=True)
+
+    @property
+    def sync_running(self) -> int:
+        """Sync handlers running in their threads now (a timed-out one until it returns)."""
+        with self._sync_lock:
+            return self._sync_running
+
+    async def run(self, task: TaskDef, job: Job) -> Attempt:
+        straggler: asyncio.Future[Any] | None = None
+        try:
+            if task.is_async:
+                await asyncio.wait_for(self._call_async(task, job), task.timeout)
+            else:
+                straggler = asyncio.get_running_loop().run_in_executor(
+                    self.threads, functools.partial(contextvars.copy_context().run, self._call_sync, task, job)
+                )
+                await asyncio.wait_for(asyncio.shield(straggler), task.timeout)
+                straggler = None
+        except TimeoutError:
+            exc = TimeoutError(f"task {task.name} exceeded its {task.timeout}s timeout")
+            return Attempt(failure_outcome(task, job, exc, self.worker_id), straggler)
+        except LeaseLost:
+            return Attempt(None)
+        except asyncio.CancelledError as exc:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # we are being cancelled (shutdown, lost lease): not the handler's doing
+            return Attempt(failure_outcome(task, job, exc, self.worker_id))
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a handler may raise anything, even SystemExit
+            return Attempt(failure_outcome(task, job, exc, self.worker_id))
+        if task.transactional:
+            return Attempt(None, committed=True)
+        return Attempt(COMPLETED)
+
+    async def _call_async(self, task: TaskDef, job: Job) -> None:
+        if not task.transactional:
+            if task.pass_context:
+                await task.fn(JobContext(job, self.worker_id), **job.args)
+            else:
+                await task.fn(**job.args)
+            return
+        async with self.connections.connection() as conn, conn.transaction():
+            await task.fn(JobContext(job, self.worker_id, conn), **job.args)
+            held = await self.db.record_outcomes(conn, [(job.id, job.lease_token, COMPLETED)])
+            if job.id not in held:
+                raise LeaseLost()  # rolls back the handler's writes with it
+
+    def _call_sync(self, task: TaskDef, job: Job) -> None:
+        with self._sync_lock:
+            self._sync_running += 1
+        try:
+            self._call_sync_handler(task, job)
+        finally:
+            with self._sync_lock:
+                self._sync_running -= 1
+
+    def _call_sync_handler(self, task: TaskDef, job: Job) -> None:
+        if not task.transactional:
+            if task.pass_context:
+                task.fn(JobContext(job, self.worker_id), **job.args)
+            else:
+                task.fn(**job.args)
+            return
+        conn: psycopg.Connection[Any]
+        with self.connections.sync_pool().connection() as conn, conn.transaction():
+            task.fn(JobContext(job, self.worker_id, conn), **job.args)
+            if job.id not in self.db.record_outcomes_sync(conn, [(job.id, job.lease_token, COMPLETED)]):
+                raise LeaseLost()
