@@ -197,6 +197,16 @@ BEGIN
         EXECUTE format('GRANT INSERT ON %I.jobs_live TO %I', {schema_name}, {worker_name});
         EXECUTE format('GRANT USAGE ON SEQUENCE %I.jobs_id_seq TO %I', {schema_name}, {worker_name});
     END IF;
+    -- Flow control: workers record the queues they serve and claim through the limited
+    -- claim, which keeps the rate windows. Pausing and limiting is the owner's.
+    IF to_regclass(format('%I.queues', {schema_name})) IS NOT NULL THEN
+        EXECUTE format('GRANT INSERT ON %I.queues TO %I', {schema_name}, {worker_name});
+        EXECUTE format('GRANT INSERT, DELETE ON %I.rate_starts TO %I', {schema_name}, {worker_name});
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %I.claim_lock(text[], text[], text) TO %I',
+                       {schema_name}, {worker_name});
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %I.claim_pick(text[], integer[], text[], integer, text[]) TO %I',
+                       {schema_name}, {worker_name});
+    END IF;
 END
 $optional$;
 

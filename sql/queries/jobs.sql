@@ -40,15 +40,16 @@ SELECT now()
 SELECT pg_notify({channel}, q) FROM unnest(%(queues)s::text[]) AS q
 
 -- fragment: claim_picked
--- The claim itself, shared by both claims below: every row of the CTE "picked" becomes
--- running under a fresh lease, its attempt counted; a NULL max_attempts becomes the task's
--- own setting. Returns the columns of pgqueue.models.Job.
+-- The claim itself, shared by every claim below: each row of the CTE "picked" (id,
+-- started_at) becomes running under a fresh lease from started_at, its attempt counted; a
+-- NULL max_attempts becomes the task's own setting. Returns the columns of
+-- pgqueue.models.Job.
 UPDATE {schema}.jobs_live AS j
 SET state = 'running',
     attempt = j.attempt + 1,
-    started_at = now(),
+    started_at = picked.started_at,
     lease_token = gen_random_uuid(),
-    lease_expires_at = now() + make_interval(secs => %(lease)s::float8),
+    lease_expires_at = picked.started_at + make_interval(secs => %(lease)s::float8),
     worker_id = %(worker_id)s,
     max_attempts = coalesce(j.max_attempts, (
         SELECT d.max_attempts
@@ -57,7 +58,7 @@ SET state = 'running',
 FROM picked
 WHERE j.id = picked.id
 RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempt, j.max_attempts,
-          j.lease_token, j.run_at, j.created_at, now() - j.run_at AS pickup_delay,
+          j.lease_token, j.run_at, j.created_at, picked.started_at - j.run_at AS pickup_delay,
           coalesce(j.scheduled_at, j.run_at) AS scheduled_at
 
 -- name: job_claim_one_queue
@@ -66,10 +67,16 @@ RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempt, j.max_attempts,
 -- starting after the cursor %(after)s (the key of the last job a previous claim took; a
 -- cursor below every key scans from the head). A NULL max_attempts becomes the task's own
 -- setting. scheduled_at NULL (a row inserted without it) reads as run_at.
+-- Flow control: nothing of a controlled queue (paused or limited) and no job of a limited
+-- task is taken here (job_claim_limited does that, under the scopes' locks); each check is
+-- one probe of a small table, evaluated once per claim.
 WITH picked AS (
-    SELECT id
+    SELECT id, now() AS started_at
     FROM {schema}.jobs_live
-    WHERE state = 'available' AND queue = %(queue)s AND task = ANY(%(tasks)s::text[])
+    WHERE state = 'available' AND queue = %(queue)s
+      AND task = ANY(ARRAY(SELECT t FROM unnest(%(tasks)s::text[]) AS t
+                           WHERE NOT EXISTS (SELECT FROM {schema}.task_limits AS l WHERE l.task = t)))
+      AND NOT EXISTS (SELECT FROM {schema}.queues AS c WHERE c.name = %(queue)s AND c.controlled)
       AND ((-priority::integer), run_at, id) > (%(after_priority)s::integer, %(after_run_at)s::timestamptz,
                                                %(after_id)s::bigint)
     ORDER BY (-priority::integer), run_at, id
@@ -79,25 +86,69 @@ WITH picked AS (
 -- include: claim_picked
 
 -- name: job_claim_many_queues
--- Same as job_claim_one_queue over several queues, each with its own cursor: one ordered
--- index scan per queue, merged, so no queue starves and no sort over the backlog is needed.
-WITH candidates AS (
+-- Same as job_claim_one_queue over several queues, each with its own cursor and its own
+-- cap (%(queue_limits)s: this process's free slots for the queue): one ordered index scan
+-- per queue, merged, so no queue starves and no sort over the backlog is needed.
+WITH free_tasks AS MATERIALIZED (
+    SELECT ARRAY(SELECT t FROM unnest(%(tasks)s::text[]) AS t
+                 WHERE NOT EXISTS (SELECT FROM {schema}.task_limits AS l WHERE l.task = t)) AS tasks
+), candidates AS (
     SELECT c.id, c.priority, c.run_at
-    FROM unnest(%(queues)s::text[], %(after_priority)s::integer[], %(after_run_at)s::timestamptz[],
-                %(after_id)s::bigint[]) AS q(name, after_priority, after_run_at, after_id)
+    FROM unnest(%(queues)s::text[], %(queue_limits)s::integer[], %(after_priority)s::integer[],
+                %(after_run_at)s::timestamptz[], %(after_id)s::bigint[])
+         AS q(name, cap, after_priority, after_run_at, after_id)
+    CROSS JOIN free_tasks AS f
     CROSS JOIN LATERAL (
         SELECT id, priority, run_at
         FROM {schema}.jobs_live
-        WHERE state = 'available' AND queue = q.name AND task = ANY(%(tasks)s::text[])
+        WHERE state = 'available' AND queue = q.name AND task = ANY(f.tasks)
           AND ((-priority::integer), run_at, id) > (q.after_priority, q.after_run_at, q.after_id)
         ORDER BY (-priority::integer), run_at, id
-        LIMIT %(limit)s
+        LIMIT least(q.cap, %(limit)s)
         FOR UPDATE SKIP LOCKED
     ) AS c
+    WHERE NOT EXISTS (SELECT FROM {schema}.queues AS s WHERE s.name = q.name AND s.controlled)
 ), picked AS (
-    SELECT id FROM candidates ORDER BY priority DESC, run_at, id LIMIT %(limit)s
+    SELECT id, now() AS started_at FROM candidates ORDER BY priority DESC, run_at, id LIMIT %(limit)s
 )
 -- include: claim_picked
+
+-- name: job_claim_lock
+-- A limited claim, step 1: lock the controlled queues among %(queues)s and the limited
+-- tasks among %(tasks)s (see claim_lock() in migration 0008).
+SELECT {schema}.claim_lock(%(queues)s::text[], %(tasks)s::text[], %(lock_prefix)s)
+
+-- name: job_claim_limited
+-- A limited claim, step 2, in the same transaction after job_claim_lock: claim_pick()
+-- picks what every control allows (a fresh snapshot, taken under the locks), the claim
+-- takes them; then one hint row per queue (id NULL): seconds until a rate window frees a
+-- start, whether limits hold back waiting jobs, and the concurrency-key cursor.
+WITH pick AS MATERIALIZED (
+    SELECT * FROM {schema}.claim_pick(%(queues)s::text[], %(queue_limits)s::integer[], %(tasks)s::text[],
+                                      %(limit)s, %(key_cursors)s::text[])
+), picked AS (
+    SELECT id, started_at FROM pick WHERE id IS NOT NULL
+), claimed AS (
+    -- include: claim_picked
+)
+SELECT claimed.*, NULL::text AS hint_queue, NULL::float8 AS wait, NULL::boolean AS blocked, NULL::text AS key_cursor
+FROM claimed
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       pick.queue, pick.wait, pick.blocked, pick.key_cursor
+FROM pick
+WHERE pick.id IS NULL
+
+-- name: flow_settings
+-- Which of a worker's queues are controlled (paused or limited) and which of its tasks have
+-- a concurrency limit: ('q', queue) and ('t', task) rows.
+SELECT 'q', name FROM {schema}.queues WHERE name = ANY(%(queues)s::text[]) AND controlled
+UNION ALL
+SELECT 't', task FROM {schema}.task_limits WHERE task = ANY(%(tasks)s::text[])
+
+-- name: queue_add_many
+-- A worker records the queues it serves, so that operators can pause and limit them.
+INSERT INTO {schema}.queues (name) SELECT unnest(%(queues)s::text[]) ON CONFLICT (name) DO NOTHING
 
 -- name: job_record_outcomes
 -- Persist a batch of attempt outcomes, fenced by lease token: rows whose lease was lost

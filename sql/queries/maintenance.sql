@@ -6,6 +6,8 @@
 -- name: maintenance_tick
 -- In one statement, if this process wins the lock:
 --   scheduler: scheduled/retryable jobs that are due become available (and wake workers);
+--              each state is its own range of the timers index (state, timer), read in
+--              timer order, at most %(batch)s of each per tick;
 --   rescuer:   running jobs whose lease expired become retryable with backoff, or
 --              discarded when out of attempts; each gets an error entry saying why.
 --              scheduled_at keeps the time first scheduled for (pinned from the old
@@ -17,10 +19,10 @@
 -- Returns (leader, promoted, rescued, discarded, notified, now).
 WITH leader AS (
     SELECT pg_try_advisory_xact_lock(hashtextextended(%(lock_name)s, 0)) AS ok
-), due AS (
+), due_scheduled AS (
     SELECT id
     FROM {schema}.jobs_live
-    WHERE state IN ('scheduled', 'retryable')
+    WHERE state = 'scheduled'
       AND (CASE WHEN state = 'running' THEN lease_expires_at ELSE run_at END) <= now()
       AND (CASE WHEN state = 'running' THEN lease_expires_at ELSE run_at END)
           >= coalesce(%(since)s::timestamptz, '-infinity')
@@ -28,6 +30,19 @@ WITH leader AS (
     ORDER BY (CASE WHEN state = 'running' THEN lease_expires_at ELSE run_at END)
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
+), due_retryable AS (
+    SELECT id
+    FROM {schema}.jobs_live
+    WHERE state = 'retryable'
+      AND (CASE WHEN state = 'running' THEN lease_expires_at ELSE run_at END) <= now()
+      AND (CASE WHEN state = 'running' THEN lease_expires_at ELSE run_at END)
+          >= coalesce(%(since)s::timestamptz, '-infinity')
+      AND (SELECT ok FROM leader)
+    ORDER BY (CASE WHEN state = 'running' THEN lease_expires_at ELSE run_at END)
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+), due AS (
+    SELECT id FROM due_scheduled UNION ALL SELECT id FROM due_retryable
 ), promoted AS (
     UPDATE {schema}.jobs_live AS j
     SET state = 'available'
