@@ -20,6 +20,7 @@ from .errors import (
     PgQueueError,
     Retry,
     SchemaNotInstalledError,
+    UnknownQueueError,
     UnknownTaskError,
 )
 from .models import Job, JobContext, JobSpec, JobState
@@ -39,6 +40,7 @@ __all__ = [
     "Job",
     "JobContext",
     "JobNotFoundError",
+    "UnknownQueueError",
     "JobSpec",
     "JobState",
     "MigrationError",

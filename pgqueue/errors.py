@@ -13,6 +13,7 @@
     │   │   └── UndecodableArgsError  a stored job's args cannot be decoded (the job is discarded)
     │   ├── PayloadTooLargeError
     │   └── InvalidQueueError
+    ├── UnknownQueueError           an operator named a queue no worker serves and no job is in
     └── JobNotFoundError
 
     JobControl (raised by handlers; not errors)
@@ -42,6 +43,7 @@ __all__ = [
     "Retry",
     "SchemaNotInstalledError",
     "UndecodableArgsError",
+    "UnknownQueueError",
     "UnknownTaskError",
 ]
 
@@ -157,6 +159,10 @@ class PayloadTooLargeError(EnqueueError):
 
 class InvalidQueueError(EnqueueError):
     """Invalid queue name."""
+
+
+class UnknownQueueError(PgQueueError, LookupError):
+    """No worker has served this queue and no job is in it (add it first)."""
 
 
 class JobNotFoundError(PgQueueError, LookupError):

@@ -83,7 +83,9 @@ class Capacity:
         self.used -= 1
         self._used[pool] -= 1
         pool_free = self.slots.get(pool, 0) - self._used[pool]
-        if queue in self.blocked or ((self.backlog or queue in self.waiting) and pool_free >= self._refill_at.get(pool, 1)):
+        if queue in self.blocked or (
+            (self.backlog or queue in self.waiting) and pool_free >= self._refill_at.get(pool, 1)
+        ):
             self.wake.set()
 
     def observe_claim(self, free_before: Mapping[str, int], jobs: Iterable[Job], limit: int) -> None:

@@ -292,7 +292,7 @@ BEGIN
         DELETE FROM {schema}.task_limits AS t WHERE t.task = set_task_limit.task;
     ELSE
         INSERT INTO {schema}.task_limits AS t (task, concurrency) VALUES (set_task_limit.task, set_task_limit.concurrency)
-        ON CONFLICT (task) DO UPDATE SET concurrency = excluded.concurrency, changed_at = now();
+        ON CONFLICT ON CONSTRAINT task_limits_pkey DO UPDATE SET concurrency = excluded.concurrency, changed_at = now();
     END IF;
     PERFORM pg_notify({channel}, '*flow');
 END
