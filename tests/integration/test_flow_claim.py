@@ -90,7 +90,8 @@ async def test_a_paused_queue_starts_nothing_until_resumed(conn: Conn, aconn: AC
     assert {j.queue for j in await plain(aconn, ["q", "other"])} == {"other"}
     assert await plain(aconn, ["q"]) == []
     jobs, hints = await limited(aconn, ["q"])
-    assert jobs == [] and "q" not in hints  # a paused queue is not even looked at
+    assert jobs == []
+    assert "q" not in hints
     assert ops.resume_queue(conn, "pgqueue", "q") is True
     assert len(await plain(aconn, ["q"])) == 3
 
@@ -106,10 +107,12 @@ async def test_a_queue_limit_counts_every_running_job_and_frees_slots_as_jobs_fi
     first, _ = await limited(aconn, ["q"])
     assert len(first) == 3
     again, hints = await limited(aconn, ["q"])
-    assert again == [] and hints["q"].blocked
+    assert again == []
+    assert hints["q"].blocked
     await complete(aconn, first[:2])
     more, hints = await limited(aconn, ["q"])
-    assert len(more) == 2 and not hints["q"].blocked
+    assert len(more) == 2
+    assert not hints["q"].blocked
     assert running(conn, queue="q") == 3
 
 
@@ -168,7 +171,8 @@ async def test_a_saturated_key_never_holds_up_other_keys(conn: Conn, aconn: ACon
     assert sorted(j.id for j in jobs) == sorted([hot[0], *others])
     late = add(conn, "q", 1, key="late")
     jobs, hints = await limited(aconn, ["q"], cursors={"q": hints["q"].key_cursor})
-    assert [j.id for j in jobs] == late and hints["q"].blocked
+    assert [j.id for j in jobs] == late
+    assert hints["q"].blocked
     assert (await limited(aconn, ["q"]))[0] == []  # hot is at its limit, nobody else waits
 
 
@@ -182,12 +186,15 @@ async def test_keys_take_turns_when_a_claim_cannot_take_them_all(conn: Conn, aco
     for _ in range(4):
         jobs, hints = await limited(aconn, ["q"], limit=1, cursors={"q": cursor})
         cursor = hints["q"].key_cursor
-        seen += [conn.execute("SELECT concurrency_key FROM pgqueue.jobs WHERE id = %s", [j.id]).fetchone()[0] for j in jobs]  # type: ignore[index]
+        for job in jobs:
+            row = conn.execute("SELECT concurrency_key FROM pgqueue.jobs WHERE id = %s", [job.id]).fetchone()
+            assert row is not None
+            seen.append(row[0])
     assert seen == ["a", "b", "c", "d"]
 
 
 async def test_fifo_runs_a_keys_jobs_one_at_a_time_in_enqueue_order(conn: Conn, aconn: AConn) -> None:
-    first, second, third = add(conn, "q", 3, key="k", priority=0)
+    first, second, _third = add(conn, "q", 3, key="k", priority=0)
     add(conn, "q", 1, key="k", priority=10)  # a higher priority does not jump the queue
     ops.add_queue(conn, "pgqueue", "q")
     ops.set_queue_limits(conn, "pgqueue", "q", key_concurrency=1, key_fifo=True)
@@ -220,18 +227,18 @@ async def test_key_and_queue_limits_apply_together(conn: Conn, aconn: AConn) -> 
 # -- rates ------------------------------------------------------------------------------------
 
 
-async def test_a_rate_allows_so_many_starts_per_window_and_says_when_the_next_one_is(
-    conn: Conn, aconn: AConn
-) -> None:
+async def test_a_rate_allows_so_many_starts_per_window_and_says_when_the_next_one_is(conn: Conn, aconn: AConn) -> None:
     add(conn, "q", 10)
     ops.add_queue(conn, "pgqueue", "q")
     ops.set_queue_limits(conn, "pgqueue", "q", rate=(3, 3600))
     jobs, hints = await limited(aconn, ["q"])
-    assert len(jobs) == 3 and hints["q"].wait is None
+    assert len(jobs) == 3
+    assert hints["q"].wait is None
     await complete(aconn, jobs)  # finishing does not give a start back
     jobs, hints = await limited(aconn, ["q"])
     assert jobs == []
-    assert hints["q"].wait is not None and 3000 < hints["q"].wait <= 3600
+    assert hints["q"].wait is not None
+    assert 3000 < hints["q"].wait <= 3600
     assert ops.queue_controls(conn, "pgqueue")[0].starts_in_window == 3
 
 
@@ -240,7 +247,7 @@ async def test_a_key_rate_is_per_key(conn: Conn, aconn: AConn) -> None:
     add(conn, "q", 5, key="b")
     ops.add_queue(conn, "pgqueue", "q")
     ops.set_queue_limits(conn, "pgqueue", "q", key_rate=(2, 3600))
-    jobs, hints = await limited(aconn, ["q"])
+    jobs, _hints = await limited(aconn, ["q"])
     assert len(jobs) == 4
     assert (await limited(aconn, ["q"]))[0] == []
 
@@ -290,11 +297,13 @@ async def test_concurrent_claimers_never_exceed_the_queue_or_a_key_limit(conn: C
         samples = 0
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as c:
             while not stop.is_set():
-                total = await (await c.execute(
-                    "SELECT count(*), (SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM pgqueue.jobs_live"
-                    " WHERE state = 'running' AND concurrency_key IS NOT NULL GROUP BY concurrency_key) AS k)"
-                    " FROM pgqueue.jobs_live WHERE state = 'running'"
-                )).fetchone()
+                total = await (
+                    await c.execute(
+                        "SELECT count(*), (SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM pgqueue.jobs_live"
+                        " WHERE state = 'running' AND concurrency_key IS NOT NULL GROUP BY concurrency_key) AS k)"
+                        " FROM pgqueue.jobs_live WHERE state = 'running'"
+                    )
+                ).fetchone()
                 assert total is not None
                 if total[0] > 7 or total[1] > 2:
                     over.append((total[0], total[1]))

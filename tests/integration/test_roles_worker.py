@@ -124,7 +124,7 @@ def test_worker_role_has_no_ddl_and_the_partition_functions_refuse_hostile_argum
             "DROP SCHEMA pgqueue CASCADE",
             "ALTER TABLE pgqueue.jobs ADD COLUMN x int",
             "ALTER TABLE pgqueue.jobs_live DROP CONSTRAINT jobs_args_size",
-            "ALTER FUNCTION pgqueue.enqueue(text,jsonb,text,integer,timestamptz,text,integer) SECURITY INVOKER",
+            "ALTER FUNCTION pgqueue.enqueue SECURITY INVOKER",
             "CREATE TABLE pgqueue.intruder (x int)",
             "CREATE FUNCTION pgqueue.f() RETURNS int LANGUAGE sql AS 'SELECT 1'",
             "TRUNCATE pgqueue.jobs_live",
