@@ -85,6 +85,26 @@ CREATE TABLE {schema}.rate_starts (
 ) WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000);
 CREATE INDEX rate_starts_scope_at ON {schema}.rate_starts (scope, at);
 
+-- Workers set up by the roles script of an earlier version (they may UPDATE jobs_live) get
+-- what the worker needs of the new tables now, so that they keep working before the roles
+-- script is run again: recording the queues they serve, and the rate windows.
+DO $grants$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN
+        SELECT DISTINCT a.grantee::regrole AS grantee
+        FROM pg_catalog.pg_class AS c
+        CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) AS a
+        WHERE c.oid = '{schema}.jobs_live'::regclass AND a.privilege_type = 'UPDATE'
+          AND a.grantee <> 0 AND a.grantee <> c.relowner
+    LOOP
+        EXECUTE format('GRANT INSERT ON %s TO %s', '{schema}.queues'::regclass, r.grantee);
+        EXECUTE format('GRANT INSERT, DELETE ON %s TO %s', '{schema}.rate_starts'::regclass, r.grantee);
+    END LOOP;
+END
+$grants$;
+
 -- -- operator functions ---------------------------------------------------------------------
 -- Each validates its input (a clear error and no effect otherwise), refuses a queue nobody
 -- knows (no worker served it and no job is in it: add_queue() first), records the change

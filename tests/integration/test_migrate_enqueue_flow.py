@@ -64,8 +64,8 @@ def test_version_6_database_migrates_keeps_its_data_and_rewrites_nothing(
     before, files = v6_rows(conn), storage(conn)
     assert len(before) == len(ids)
 
-    assert migrate(conn, SCHEMA) == [7]
-    assert migrate(conn, SCHEMA) == []
+    assert migrate_to_version(conn, monkeypatch, 7) == [7]
+    assert migrate_to_version(conn, monkeypatch, 7) == []
     assert v6_rows(conn) == before
     assert storage(conn) == files  # catalog-only: no partition was rewritten
     new = conn.execute(
@@ -109,7 +109,7 @@ def test_roles_set_up_before_0007_keep_working_until_the_script_runs_again(
                         sql.Identifier(login), sql.Identifier(getattr(names, kind))
                     )
                 )
-            assert migrate(admin, SCHEMA) == [7]  # the roles script is not run again
+            assert migrate_to_version(admin, monkeypatch, 7) == [7]  # the roles script is not run again
             fn = admin.execute(
                 "SELECT p.prosecdef, p.proowner::regrole::text, has_function_privilege(%s, p.oid, 'EXECUTE'),"
                 " has_function_privilege('public', p.oid, 'EXECUTE')"
