@@ -17,7 +17,6 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import pgqueue
 from pgqueue.maintenance.partitions import ensure_partitions
-from pgqueue.migrate import migrate
 from pgqueue.roles import render_roles_sql, role_names
 from tests.conftest import server_dsn
 from tests.integration.test_migrate_scheduled_at import fill_version_5, migrate_to_version, one
