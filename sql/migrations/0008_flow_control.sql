@@ -381,6 +381,7 @@ DECLARE
     v_q text;             -- the current queue's name
     i integer;
     k integer;
+    v_local integer;              -- what this process has room for in the current queue
     v_allow integer;
     v_key_allow integer;
     v_starts integer;
@@ -426,7 +427,8 @@ BEGIN
         v_tasks := v_free_tasks || ARRAY(
             SELECT v_ltask[n] FROM generate_subscripts(v_ltask, 1) AS n WHERE v_lallow[n] > 0);
         CONTINUE WHEN cardinality(v_tasks) = 0;
-        v_allow := least(coalesce(p_queue_free[i], v_left), v_left);
+        v_local := least(coalesce(p_queue_free[i], v_left), v_left);
+        v_allow := v_local;
         v_wait := NULL;
         v_blocked := false;
         v_cursor := p_key_cursors[i];
@@ -593,9 +595,12 @@ BEGIN
             SELECT 'q:' || v_q, v_now FROM generate_series(1, cardinality(v_picked));
             DELETE FROM {schema}.rate_starts AS r WHERE r.scope = 'q:' || v_q AND r.at <= v_now - q.rate_period;
         END IF;
-        IF v_allow <= 0 AND cardinality(v_picked) = 0 THEN
+        -- Fewer picked than this process had room for, while jobs it runs still wait: the
+        -- limits hold them back (a finishing job of the queue frees a slot for them).
+        IF NOT v_blocked AND cardinality(v_picked) < v_local THEN
             v_blocked := EXISTS (SELECT FROM {schema}.jobs_live AS j
-                                 WHERE j.state = 'available' AND j.queue = v_q AND j.task = ANY(v_tasks));
+                                 WHERE j.state = 'available' AND j.queue = v_q AND j.task = ANY(p_tasks)
+                                   AND j.id <> ALL(v_picked));
         END IF;
         v_all := v_all || v_picked;
         v_left := v_left - cardinality(v_picked);
