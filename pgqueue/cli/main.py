@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ..errors import ConfigError
 from .common import DsnOpt, SchemaOpt, app, connect, console, database, fail, guard, settings
 
 __all__ = ["app", "main"]
@@ -99,7 +100,17 @@ def work(
         str | None, typer.Option("--schema", envvar="PGQUEUE_SCHEMA", help="Override the App's schema.")
     ] = None,
     queues: Annotated[str | None, typer.Option(help="Comma-separated queues (default: the tasks' queues).")] = None,
-    concurrency: Annotated[int | None, typer.Option(min=1, help="Jobs run at once per process.")] = None,
+    queue: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--queue",
+            metavar="NAME[=N]",
+            help="Serve this queue (repeatable); NAME=N gives it N slots of its own in each process.",
+        ),
+    ] = None,
+    concurrency: Annotated[
+        int | None, typer.Option(min=1, help="Jobs run at once per process (queues without their own slots).")
+    ] = None,
     processes: Annotated[int, typer.Option(min=1, help="Worker processes, one event loop each.")] = 1,
     shutdown_timeout: Annotated[float | None, typer.Option(help="Seconds in-flight jobs get on SIGTERM.")] = None,
     lease: Annotated[float | None, typer.Option(help="Lease per claimed job, seconds.")] = None,
@@ -139,6 +150,7 @@ def work(
     retention = guard(
         lambda: {s: None if v is None else parse_retention(v, option=f"--retention-{s}") for s, v in given.items()}
     )
+    served, own_slots = guard(lambda: parse_queue_options(queues, queue or []))
     configure_logging(level, log_format)
     if processes > 1:
         os.environ["PGQUEUE_LOG_FORMAT"] = log_format  # the worker processes (spawned) follow it
@@ -146,7 +158,8 @@ def work(
     def go() -> int:
         # Only the options given replace the App's worker_config (None: not given).
         given: dict[str, Any] = {
-            "queues": tuple(q.strip() for q in queues.split(",") if q.strip()) if queues else None,
+            "queues": served,
+            "queue_concurrency": own_slots,
             "concurrency": concurrency,
             "lease": lease,
             "heartbeat_interval": heartbeat_interval,
@@ -167,6 +180,28 @@ def work(
         return run_processes(target, dsn, schema, overrides, processes, level, wait_for_database=True)
 
     raise typer.Exit(guard(go))
+
+
+def parse_queue_options(queues: str | None, queue: list[str]) -> tuple[tuple[str, ...] | None, dict[str, int] | None]:
+    """The queues to serve and their own slots, from ``--queues a,b`` and ``--queue a=5``.
+
+    Raises:
+        ConfigError: a malformed ``--queue`` or a queue named twice with different slots.
+    """
+    served = [q.strip() for q in queues.split(",") if q.strip()] if queues else []
+    own: dict[str, int] = {}
+    for item in queue:
+        name, sep, count = item.partition("=")
+        name = name.strip()
+        if not name or (sep and not count.strip().isdigit()) or (sep and int(count) < 1):
+            raise ConfigError(f"--queue {item!r}: use NAME or NAME=N with N a positive integer, e.g. --queue images=5")
+        if sep:
+            if own.get(name, int(count)) != int(count):
+                raise ConfigError(f"--queue gives {name!r} two different numbers of slots")
+            own[name] = int(count)
+        if name not in served:
+            served.append(name)
+    return (tuple(served) if served else None), (own if own else None)
 
 
 @app.command()
@@ -227,6 +262,7 @@ from . import status as _status  # noqa: E402,F401  (registers `pgqueue jobs ...
 from . import top as _top  # noqa: E402,F401
 from .cron import cron_app as _cron_app  # noqa: E402,F401  (registers `pgqueue cron ...`)
 from .embedded import embedded_app as _embedded_app  # noqa: E402,F401  (registers `pgqueue embedded ...`)
+from .queues import queues_app as _queues_app  # noqa: E402,F401  (registers `pgqueue queues ...`, `tasks ...`)
 
 
 def main() -> None:

@@ -27,6 +27,8 @@ from ..errors import ConfigError, UnknownQueueError
 
 __all__ = [
     "KEEP",
+    "Keep",
+    "Rate",
     "QueueControl",
     "TaskControl",
     "add_queue",
@@ -44,13 +46,15 @@ MAX_LIMIT = 1_000_000
 MIN_PERIOD, MAX_PERIOD = 0.001, 7 * 86_400.0
 
 
-class _Keep:
+class Keep:
+    """The type of :data:`KEEP`."""
+
     def __repr__(self) -> str:
         return "KEEP"
 
 
 #: Leave this setting as it is (the default of every :func:`set_queue_limits` option).
-KEEP: Final = _Keep()
+KEEP: Final = Keep()
 
 Rate = tuple[int, float | timedelta]
 
@@ -114,7 +118,7 @@ def _rate(name: str, rate: Rate | None) -> tuple[int | None, float | None]:
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
         raise ConfigError(f"{name} period must be seconds or a timedelta, got {period!r}")
     if not MIN_PERIOD <= seconds <= MAX_PERIOD:
-        raise ConfigError(f"{name} period must be between 1 millisecond and 7 days, got {period!r}")
+        raise ConfigError(f"{name} period must be between 1 millisecond and 7 days, got {seconds:g}s")
     return _limit(f"{name} limit", limit), float(seconds)
 
 
@@ -157,11 +161,11 @@ def set_queue_limits(
     schema: str,
     queue: str,
     *,
-    concurrency: int | _Keep | None = KEEP,
-    rate: Rate | _Keep | None = KEEP,
-    key_concurrency: int | _Keep | None = KEEP,
-    key_fifo: bool | _Keep = KEEP,
-    key_rate: Rate | _Keep | None = KEEP,
+    concurrency: int | Keep | None = KEEP,
+    rate: Rate | Keep | None = KEEP,
+    key_concurrency: int | Keep | None = KEEP,
+    key_fifo: bool | Keep = KEEP,
+    key_rate: Rate | Keep | None = KEEP,
     create: bool = False,
 ) -> QueueControl:
     """Change the limits of ``queue`` that are given (None removes one; the others are
@@ -182,16 +186,16 @@ def set_queue_limits(
     """
     _queue(schema, queue)
     changes: list[Callable[[], None]] = []
-    if not isinstance(concurrency, _Keep):
+    if not isinstance(concurrency, Keep):
         n = _limit("concurrency", concurrency)
         changes.append(lambda: db.set_queue_limit(conn, schema, queue, n))
-    if not isinstance(rate, _Keep):
+    if not isinstance(rate, Keep):
         rate_limit, rate_period = _rate("rate", rate)
         changes.append(lambda: db.set_queue_rate(conn, schema, queue, rate_limit, rate_period))
-    if not isinstance(key_concurrency, _Keep) or not isinstance(key_fifo, _Keep):
-        key_n = key_concurrency if isinstance(key_concurrency, _Keep) else _limit("key_concurrency", key_concurrency)
+    if not isinstance(key_concurrency, Keep) or not isinstance(key_fifo, Keep):
+        key_n = key_concurrency if isinstance(key_concurrency, Keep) else _limit("key_concurrency", key_concurrency)
         changes.append(lambda: _set_key_limit(conn, schema, queue, key_n, key_fifo))
-    if not isinstance(key_rate, _Keep):
+    if not isinstance(key_rate, Keep):
         key_rate_limit, key_rate_period = _rate("key_rate", key_rate)
         changes.append(lambda: db.set_key_rate(conn, schema, queue, key_rate_limit, key_rate_period))
     with conn.transaction():
@@ -205,15 +209,15 @@ def set_queue_limits(
     return QueueControl(**rows[0])
 
 
-def _set_key_limit(conn: Conn, schema: str, queue: str, key_n: int | _Keep | None, fifo: bool | _Keep) -> None:
+def _set_key_limit(conn: Conn, schema: str, queue: str, key_n: int | Keep | None, fifo: bool | Keep) -> None:
     """Set the key concurrency and the FIFO flag together, keeping whichever was not
     given; removing the key concurrency removes FIFO with it."""
-    if isinstance(key_n, _Keep) or isinstance(fifo, _Keep):
+    if isinstance(key_n, Keep) or isinstance(fifo, Keep):
         rows = db.queue_controls(conn, schema, queue)
         current = rows[0] if rows else {"key_concurrency": None, "key_fifo": False}
-        if isinstance(key_n, _Keep):
+        if isinstance(key_n, Keep):
             key_n = current["key_concurrency"]
-        if isinstance(fifo, _Keep):
+        if isinstance(fifo, Keep):
             fifo = bool(current["key_fifo"]) and key_n is not None
     db.set_key_limit(conn, schema, queue, key_n, bool(fifo))
 

@@ -110,6 +110,16 @@ SELECT * FROM {schema}.health
 -- name: status_retention
 SELECT * FROM {schema}.retention
 
+-- name: status_controls
+-- Queues with a pause or a limit, and what the limits count now.
+SELECT * FROM {schema}.queue_controls
+WHERE paused OR concurrency IS NOT NULL OR key_concurrency IS NOT NULL OR rate_limit IS NOT NULL
+   OR key_rate_limit IS NOT NULL
+ORDER BY queue
+
+-- name: status_task_controls
+SELECT * FROM {schema}.task_controls ORDER BY task
+
 -- name: status_clock
 -- Read last in the status pipeline (one implicit transaction, so not now()): every time
 -- the views returned is at or before it.

@@ -27,6 +27,7 @@ PUBLIC = [
     "Schedule",
     "SchemaNotInstalledError",
     "Task",
+    "UnknownQueueError",
     "UnknownTaskError",
     "Worker",
     "WorkerConfig",
