@@ -5,6 +5,7 @@ ledger the handlers write on the database clock."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter
 from typing import Any
 
@@ -105,9 +106,7 @@ async def test_a_pause_takes_effect_at_the_next_claim_and_a_resume_too(app: pgqu
         await async_wait_until(lambda: "paused" in ran)
 
 
-async def test_two_workers_share_a_global_limit_and_never_exceed_it(
-    app: pgqueue.App, ledger: Conn, dsn: str
-) -> None:
+async def test_two_workers_share_a_global_limit_and_never_exceed_it(app: pgqueue.App, ledger: Conn, dsn: str) -> None:
     conn = ledger
     both_running = asyncio.Event()
     now_running = 0
@@ -121,10 +120,8 @@ async def test_two_workers_share_a_global_limit_and_never_exceed_it(
             if now_running >= 2:
                 both_running.set()
             # Hold the slot until two run at once (or a while): the limit must be reached.
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(both_running.wait(), 2.0)
-            except TimeoutError:
-                pass
             now_running -= 1
             await c.execute(
                 "INSERT INTO ledger (job_id, queue, started_at, ended_at) VALUES (%s, 'lim', %s, clock_timestamp())",
@@ -135,9 +132,10 @@ async def test_two_workers_share_a_global_limit_and_never_exceed_it(
     ops.set_queue_limits(conn, "pgqueue", "lim", concurrency=2)
     for n in range(16):
         limited.enqueue(conn, n=n)
-    async with running_worker(app, queues=("lim",), concurrency=5) as one, running_worker(
-        app, queues=("lim",), concurrency=5
-    ) as two:
+    async with (
+        running_worker(app, queues=("lim",), concurrency=5) as one,
+        running_worker(app, queues=("lim",), concurrency=5) as two,
+    ):
         await async_wait_until(lambda: one.stats.completed + two.stats.completed == 16, timeout=60)
     assert both_running.is_set()
     assert max_overlap(conn) == 2
