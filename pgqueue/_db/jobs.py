@@ -7,6 +7,7 @@ it). Rows become :class:`~pgqueue.models.Job` objects here.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from collections.abc import Mapping, Sequence
@@ -125,8 +126,8 @@ def cursor_params(
     }
 
 
-#: Columns of a claimed job in a claim's rows (pgqueue.models.Job's fields).
-_JOB_COLUMNS = 12
+#: Columns of a claimed job in a claim's rows (pgqueue.models.Job's fields, in order).
+_JOB_COLUMNS = len(dataclasses.fields(Job))
 
 
 class JobsDB:
