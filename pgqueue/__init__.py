@@ -20,10 +20,12 @@ from .errors import (
     PgQueueError,
     Retry,
     SchemaNotInstalledError,
+    Snooze,
     UnknownTaskError,
 )
 from .models import Job, JobContext, JobSpec, JobState
 from .retry import Backoff
+from .unique import Unique
 from .worker.worker import Worker
 
 __all__ = [
@@ -47,7 +49,9 @@ __all__ = [
     "Retry",
     "Schedule",
     "SchemaNotInstalledError",
+    "Snooze",
     "Task",
+    "Unique",
     "UnknownTaskError",
     "Worker",
     "WorkerConfig",

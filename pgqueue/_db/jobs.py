@@ -44,6 +44,7 @@ class TickResult:
     rescued: int
     discarded: int
     now: datetime  # the database clock at the tick
+    expired: int = 0  # waiting jobs cancelled because their deadline passed
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,8 +210,8 @@ class JobsDB:
         default_max_attempts: int,
         since: datetime | None = None,
     ) -> TickResult:
-        """One scheduler + rescuer pass if this process wins the lock; only timers at or
-        after ``since`` are looked at (None: all of them)."""
+        """One scheduler + rescuer + expiry pass if this process wins the lock; only timers
+        and deadlines at or after ``since`` are looked at (None: all of them)."""
         cur = await conn.execute(
             self.q["maintenance_tick"],
             {
@@ -223,7 +224,7 @@ class JobsDB:
             },
         )
         row = expect_row(await cur.fetchone(), "maintenance_tick")
-        return TickResult(bool(row[0]), int(row[1]), int(row[2]), int(row[3]), row[5])
+        return TickResult(bool(row[0]), int(row[1]), int(row[2]), int(row[3]), row[5], int(row[6]))
 
     async def live_stats(self, conn: AConn) -> LiveStats:
         """Dead/live row counts of the live partition, whether this role may VACUUM it, and

@@ -49,6 +49,7 @@ __all__ = [
     "set_payload_limit",
     "set_role",
     "settings_put",
+    "unique_keys_prune",
     "utc_day",
 ]
 
@@ -210,6 +211,14 @@ def settings_put(conn: Conn, schema: str, names: list[str], values: list[str], *
 def registry_cleanup(conn: Conn, schema: str, grace: float) -> int:
     """Remove registrations that expired more than ``grace`` seconds ago; returns how many."""
     row = conn.execute(queries_for(schema)["registry_cleanup"], {"grace": grace}).fetchone()
+    return int(row[0]) if row else 0
+
+
+def unique_keys_prune(conn: Conn, schema: str, *, batch: int, kept_since: datetime | None) -> int:
+    """Remove up to ``batch`` unique-ledger rows that hold nothing any more (one statement);
+    ``kept_since``: the oldest finished_at retention still keeps (None: do not look for
+    holders retention removed). Returns how many went."""
+    row = conn.execute(queries_for(schema)["unique_keys_prune"], {"batch": batch, "kept_since": kept_since}).fetchone()
     return int(row[0]) if row else 0
 
 
