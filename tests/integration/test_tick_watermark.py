@@ -91,9 +91,7 @@ def test_tick_skips_deadlines_behind_since_and_a_full_scan_finds_them(conn: Conn
     assert state(conn, old) == "cancelled"
 
 
-def result(
-    *, leader: bool = True, promoted: int = 0, rescued: int = 0, expired: int = 0, at: datetime
-) -> TickResult:
+def result(*, leader: bool = True, promoted: int = 0, rescued: int = 0, expired: int = 0, at: datetime) -> TickResult:
     return TickResult(leader, promoted, rescued, 0, at, expired)
 
 
