@@ -20,6 +20,7 @@ __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
     "MAX_ARGS_DEPTH",
     "check_expires_in",
+    "check_key",
     "concurrency_key_from",
     "encode_args",
     "make_spec",
@@ -147,7 +148,7 @@ def _check_run_at(run_at: datetime) -> None:
     _check_time("run_at", run_at)
 
 
-def _check_key(name: str, key: str) -> None:
+def check_key(name: str, key: str) -> None:
     if not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY:
         got = f"{len(key)} characters" if isinstance(key, str) else repr(key)
         raise ConfigError(f"{name} must be a string of 1-{MAX_KEY} characters, got {got}")
@@ -160,7 +161,7 @@ def _check_key(name: str, key: str) -> None:
 
 
 def _check_unique_key(unique_key: str) -> None:
-    _check_key("unique_key", unique_key)
+    check_key("unique_key", unique_key)
 
 
 def concurrency_key_from(task: str, arg: str, args: Mapping[str, Any], defaults: Mapping[str, Any]) -> str:
@@ -182,7 +183,7 @@ def concurrency_key_from(task: str, arg: str, args: Mapping[str, Any], defaults:
         raise InvalidArgumentsError(f"{where}, which must be a str or an int, got {type(value).__name__}")
     key = str(value)
     try:
-        _check_key("concurrency_key", key)
+        check_key("concurrency_key", key)
     except ConfigError as exc:
         raise InvalidArgumentsError(f"{where}: {exc}") from None
     return key
@@ -251,7 +252,7 @@ def make_spec(
     if max_attempts is not None:
         check_max_attempts(max_attempts)
     if concurrency_key is not None:
-        _check_key("concurrency_key", concurrency_key)
+        check_key("concurrency_key", concurrency_key)
     deadline, expires_seconds = _deadline(expires_at, expires_in, run_at)
     delay_seconds = _seconds(delay)
     args_json = encode_args(task, args, max_bytes)

@@ -390,7 +390,8 @@ class App:
         return self._add_schedule(self._schedule(task, name, options))
 
     def declared_schedules(self) -> list[_cron.Schedule]:
-        """The app's schedules, sorted by name.
+        """The app's schedules, sorted by name; those of tasks registered here carry the
+        task's concurrency key (read from the schedule's args) and ``expires_in``.
 
         Raises:
             ConfigError: an ``@app.periodic`` decorated a function that never became a task.
@@ -400,7 +401,12 @@ class App:
             raise ConfigError(
                 f"@app.periodic on {names}, which is not a task: stack it directly above or below @app.task"
             )
-        return [self.schedules[n] for n in sorted(self.schedules)]
+        out = []
+        for name in sorted(self.schedules):
+            schedule = self.schedules[name]
+            known = self.tasks.get(schedule.task)
+            out.append(schedule if known is None else _cron.with_task_settings(schedule, known))
+        return out
 
     def _schedule(
         self, task: str, name: str | None, options: Mapping[str, Any], *, known: bool = True
