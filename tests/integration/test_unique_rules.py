@@ -235,7 +235,7 @@ def test_sql_function_rules(conn: Conn) -> None:
         ("unique_period => '3651 days'", "at most 3650 days"),
         ("unique_states => '{waiting}'", "unknown state 'waiting'"),
         ("unique_states => '{available,NULL}'", "unknown state NULL"),
-        ("unique_states => '{}'", "unknown state NULL"),
+        ("unique_states => '{}'", "unique_states must name at least one state"),
         ("unique_mode => 'latest'", "unknown unique_mode 'latest'"),
         ("unique_states => '{completed}'", "need a unique_period"),
         ("unique_key => NULL, unique_mode => 'keep'", "need a unique_key"),
