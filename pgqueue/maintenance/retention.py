@@ -130,21 +130,23 @@ def apply_retention(
     return result
 
 
-#: Ledger rows one pruning transaction removes at most.
+#: Ledger rows one pruning transaction looks at.
 UNIQUE_PRUNE_BATCH = 5000
 
 
 def prune_unique_keys(conn: psycopg.Connection[Any], schema: str, *, batch: int = UNIQUE_PRUNE_BATCH) -> int:
-    """Remove the unique ledger's rows that hold nothing any more, ``batch`` per short
-    transaction (``conn`` is autocommit); returns how many went."""
+    """Remove the unique ledger's rows that hold nothing any more, walking it once in key
+    order, ``batch`` rows per short transaction (``conn`` is autocommit); returns how many
+    went."""
     days = [row.day for row in db.partition_list(conn, schema)]
     kept_since = None if not days else datetime(min(days).year, min(days).month, min(days).day, tzinfo=UTC)
-    removed = 0
+    removed, after = 0, ""
     while True:
-        gone = db.unique_keys_prune(conn, schema, batch=batch, kept_since=kept_since)
+        gone, last = db.unique_keys_prune(conn, schema, after=after, batch=batch, kept_since=kept_since)
         removed += gone
-        if gone < batch:
+        if last is None:
             return removed
+        after = last
 
 
 def summarize_recent(conn: psycopg.Connection[Any], schema: str) -> int:

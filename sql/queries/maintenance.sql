@@ -172,27 +172,33 @@ ANALYZE {schema}.jobs_live
 VACUUM (ANALYZE) {schema}.jobs_live
 
 -- name: unique_keys_prune
--- Retention of the unique ledger: remove up to %(batch)s rows that hold nothing any more,
--- i.e. whose period is over, or whose holder left the live partition while only live
--- states hold the key, or (held since before %(kept_since)s, the oldest finished_at
--- retention still keeps; NULL: skip) whose holder is neither live nor kept finished.
--- A row an enqueue changed meanwhile (a new holder) is left: the DELETE re-checks job_id.
--- Returns how many were removed.
-WITH candidates AS (
-    SELECT u.key, u.job_id
+-- Retention of the unique ledger, one batch: of the next %(batch)s rows in key order after
+-- %(after)s, remove those that hold nothing any more, i.e. whose period is over, or whose
+-- holder left the live partition while only live states hold the key, or (held since
+-- before %(kept_since)s, the oldest finished_at retention still keeps; NULL: skip) whose
+-- holder is neither live nor kept finished. A row an enqueue changed meanwhile (a new
+-- holder) is left: the DELETE re-checks job_id. Returns how many were removed and the last
+-- key looked at (NULL: no more rows).
+WITH batch AS (
+    SELECT u.key, u.job_id, u.states, u.held_since, u.held_until
     FROM {schema}.unique_keys AS u
-    WHERE u.held_until <= now()
-       OR (NOT EXISTS (SELECT FROM {schema}.jobs_live AS j WHERE j.id = u.job_id)
-           AND (NOT (u.states && ARRAY['completed', 'discarded', 'cancelled']::{schema}.job_state[])
-                OR (u.held_since < %(kept_since)s::timestamptz
-                    AND NOT EXISTS (SELECT FROM {schema}.jobs AS f
-                                    WHERE f.id = u.job_id AND f.state IN ('completed', 'discarded', 'cancelled')
-                                      AND f.finished_at >= u.held_since))))
+    WHERE u.key > %(after)s
+    ORDER BY u.key
     LIMIT %(batch)s
+), candidates AS (
+    SELECT b.key, b.job_id
+    FROM batch AS b
+    WHERE b.held_until <= now()
+       OR (NOT EXISTS (SELECT FROM {schema}.jobs_live AS j WHERE j.id = b.job_id)
+           AND (NOT (b.states && ARRAY['completed', 'discarded', 'cancelled']::{schema}.job_state[])
+                OR (b.held_since < %(kept_since)s::timestamptz
+                    AND NOT EXISTS (SELECT FROM {schema}.jobs AS f
+                                    WHERE f.id = b.job_id AND f.state IN ('completed', 'discarded', 'cancelled')
+                                      AND f.finished_at >= b.held_since))))
 ), gone AS (
     DELETE FROM {schema}.unique_keys AS u
     USING candidates AS c
     WHERE u.key = c.key AND u.job_id = c.job_id
     RETURNING 1
 )
-SELECT count(*) FROM gone
+SELECT (SELECT count(*) FROM gone), (SELECT max(key) FROM batch)
