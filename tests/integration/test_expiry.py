@@ -124,7 +124,10 @@ def test_cli_enqueue_expires_in_uses_the_duration_grammar(dsn: str, conn: Conn) 
 def test_claims_skip_jobs_past_their_deadline(conn: Conn, task: Fresh, queues: list[str]) -> None:
     expired = task.enqueue(conn, n=1)
     fresh = task.enqueue(conn, n=2)
-    undated = task.options(expires_in=None).enqueue(conn, n=3)
+    row = conn.execute("SELECT pgqueue.enqueue('t.fresh', '{\"n\": 3}', queue => 'q')").fetchone()
+    assert row is not None
+    undated = int(row[0])
+    assert deadline(conn, undated) is None
     pass_deadline(conn, expired)
     query = "job_claim_one_queue" if len(queues) == 1 else "job_claim_many_queues"
     claimed = conn.execute(
