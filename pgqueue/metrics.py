@@ -5,7 +5,8 @@ can run in one process (tests) without mixing their series.
 
 * Counters per queue and task: ``pgqueue_jobs_claimed_total``, ``..._completed_total``,
   ``..._failed_total`` (attempts that raised: retried or discarded), ``..._retried_total``,
-  ``..._discarded_total``, ``..._cancelled_total``; ``pgqueue_outcomes_refused_total``
+  ``..._discarded_total``, ``..._cancelled_total``, ``..._snoozed_total`` (attempts put
+  off by ``Snooze``, their attempt given back); ``pgqueue_outcomes_refused_total``
   (outcomes fenced off because the lease had been lost).
 * Histograms: ``pgqueue_job_duration_seconds`` (queue, task) and
   ``pgqueue_job_pickup_latency_seconds`` (queue): time from ``run_at`` to the claim, on
@@ -140,6 +141,9 @@ class WorkerMetrics:
         self.retried = Counter("pgqueue_jobs_retried", "Failed attempts that will be retried.", _LABELS, registry=r)
         self.discarded = Counter("pgqueue_jobs_discarded", "Jobs discarded (dead letter).", _LABELS, registry=r)
         self.cancelled = Counter("pgqueue_jobs_cancelled", "Jobs cancelled.", _LABELS, registry=r)
+        self.snoozed = Counter(
+            "pgqueue_jobs_snoozed", "Attempts that snoozed (put off without using an attempt).", _LABELS, registry=r
+        )
         self.refused = Counter(
             "pgqueue_outcomes_refused", "Outcomes refused because the lease was lost.", _LABELS, registry=r
         )
@@ -182,6 +186,8 @@ class WorkerMetrics:
             self.discarded.labels(*labels).inc()
         elif state is JobState.CANCELLED:
             self.cancelled.labels(*labels).inc()
+        elif state is JobState.AVAILABLE or state is JobState.SCHEDULED:  # a snooze
+            self.snoozed.labels(*labels).inc()
         if seconds is not None:
             self.duration.labels(*labels).observe(seconds)
 

@@ -7,7 +7,6 @@ it). Rows become :class:`~pgqueue.models.Job` objects here.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import uuid
 from collections.abc import Mapping, Sequence
@@ -73,6 +72,7 @@ class TickResult:
     rescued: int
     discarded: int
     now: datetime  # the database clock at the tick
+    expired: int = 0  # waiting jobs cancelled because their deadline passed
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,10 +124,6 @@ def cursor_params(
         "after_run_at": [k[1] for k in keys],
         "after_id": [k[2] for k in keys],
     }
-
-
-#: Columns of a claimed job in a claim's rows (pgqueue.models.Job's fields, in order).
-_JOB_COLUMNS = len(dataclasses.fields(Job))
 
 
 class JobsDB:
@@ -218,20 +214,20 @@ class JobsDB:
                 written_cur = conn.cursor()
                 lock_cur = conn.cursor()
                 claim_cur = conn.cursor()
+                hints_cur = conn.cursor()
                 if outcomes:
                     await written_cur.execute(self.q["job_record_outcomes"], outcome_params(outcomes))
                 await lock_cur.execute(self.q["job_claim_lock"], lock)
                 await claim_cur.execute(self.q["job_claim_limited"], params)
+                await hints_cur.execute(self.q["job_claim_hints"])
                 await pipeline.sync()
                 written = {row[0] for row in await written_cur.fetchall()} if outcomes else set()
-                rows = await claim_cur.fetchall()
-        jobs: list[Job] = []
-        hints: list[ClaimHint] = []
-        for row in rows:
-            if row[0] is not None:
-                jobs.append(Job(*row[:_JOB_COLUMNS]))
-            else:
-                hints.append(ClaimHint(*row[_JOB_COLUMNS:]))
+                jobs = [Job(*row) for row in await claim_cur.fetchall()]
+                hints_row = await hints_cur.fetchone()
+        hints = [
+            ClaimHint(h["queue"], h["wait"], bool(h["blocked"]), h["key_cursor"])
+            for h in json.loads(hints_row[0] if hints_row and hints_row[0] else "[]")
+        ]
         return jobs, hints, written
 
     async def flow_settings(self, conn: AConn, queues: Sequence[str], tasks: Sequence[str]) -> FlowSettings:
@@ -321,8 +317,8 @@ class JobsDB:
         default_max_attempts: int,
         since: datetime | None = None,
     ) -> TickResult:
-        """One scheduler + rescuer pass if this process wins the lock; only timers at or
-        after ``since`` are looked at (None: all of them)."""
+        """One scheduler + rescuer + expiry pass if this process wins the lock; only timers
+        and deadlines at or after ``since`` are looked at (None: all of them)."""
         cur = await conn.execute(
             self.q["maintenance_tick"],
             {
@@ -335,7 +331,7 @@ class JobsDB:
             },
         )
         row = expect_row(await cur.fetchone(), "maintenance_tick")
-        return TickResult(bool(row[0]), int(row[1]), int(row[2]), int(row[3]), row[5])
+        return TickResult(bool(row[0]), int(row[1]), int(row[2]), int(row[3]), row[5], int(row[6]))
 
     async def live_stats(self, conn: AConn) -> LiveStats:
         """Dead/live row counts of the live partition, whether this role may VACUUM it, and

@@ -213,12 +213,37 @@ def enqueue(
     delay: Annotated[float, typer.Option(help="Seconds to wait before it may run.")] = 0.0,
     unique_key: Annotated[str | None, typer.Option(help="Deduplicate against live jobs.")] = None,
     max_attempts: Annotated[int | None, typer.Option(help="Override the task's max_attempts.")] = None,
+    concurrency_key: Annotated[
+        str | None, typer.Option(help="The job's key for per-key concurrency limits (1-200 characters).")
+    ] = None,
+    expires_in: Annotated[
+        str | None,
+        typer.Option(
+            help="Deadline after the job's run_at: a duration (90s, 15m, 1d12h); not started by then, it is cancelled."
+        ),
+    ] = None,
+    unique_period: Annotated[
+        str | None,
+        typer.Option(help="Unique rules: the key is held this long (a duration) after a job takes it."),
+    ] = None,
+    unique_states: Annotated[
+        str | None, typer.Option(help="Unique rules: comma-separated states in which a job holds its key.")
+    ] = None,
+    unique_mode: Annotated[
+        str | None, typer.Option(help="Unique rules: keep, replace or debounce (what a held key does).")
+    ] = None,
     dsn: DsnOpt = None,
     schema: SchemaOpt = "pgqueue",
 ) -> None:
-    """Enqueue one job and print its id."""
+    """Enqueue one job and print its id.
+
+    With any --unique-* option the job is unique under those rules, keyed by --unique-key
+    or else by the task and its arguments.
+    """
     from .._db.sql import validate_schema
+    from .._duration import parse_duration
     from ..ops import enqueue_job, make_job
+    from ..unique import Unique
 
     try:
         parsed = json.loads(args)
@@ -228,6 +253,13 @@ def enqueue(
         raise fail("--args must be a JSON object, like '{\"user_id\": 42}'")
 
     def go() -> int:
+        unique = None
+        if unique_period is not None or unique_states is not None or unique_mode is not None:
+            unique = Unique(
+                period=None if unique_period is None else parse_duration(unique_period, option="--unique-period"),
+                states=None if unique_states is None else [s.strip() for s in unique_states.split(",") if s.strip()],
+                mode=unique_mode or "keep",  # type: ignore[arg-type]  # Unique checks it
+            )
         job = make_job(
             task,
             parsed,
@@ -236,6 +268,9 @@ def enqueue(
             delay=delay or None,
             unique_key=unique_key,
             max_attempts=max_attempts,
+            concurrency_key=concurrency_key,
+            expires_in=None if expires_in is None else parse_duration(expires_in, option="--expires-in"),
+            unique=unique,
         )
         validate_schema(schema)
         with connect(dsn) as conn:  # nothing is sent before the job is known to be valid

@@ -39,6 +39,10 @@ class QueueStats:
     discarded_15m: int = 0
     failed_attempts_5m: int = 0
     failure_rate_5m: float | None = None
+    cancelled_1m: int = 0
+    cancelled_5m: int = 0
+    cancelled_15m: int = 0
+    expired_15m: int = 0  #: of cancelled_15m: not started by their deadline
 
 
 @dataclass(frozen=True, slots=True)

@@ -281,12 +281,15 @@ BEGIN
         v_states := CASE WHEN v_mode = 'keep'
                          THEN ARRAY['available', 'scheduled', 'running', 'retryable']::{schema}.job_state[]
                          ELSE ARRAY['available', 'scheduled', 'retryable']::{schema}.job_state[] END;
+    ELSIF cardinality(enqueue_unique.unique_states) = 0 THEN
+        RAISE EXCEPTION 'pgqueue.enqueue: unique_states must name at least one state'
+            USING ERRCODE = 'invalid_parameter_value';
     ELSE
         SELECT s INTO v_bad
         FROM unnest(enqueue_unique.unique_states) AS s
         WHERE s IS NULL OR s NOT IN ('available', 'scheduled', 'running', 'retryable', 'completed', 'discarded', 'cancelled')
         LIMIT 1;
-        IF FOUND OR cardinality(enqueue_unique.unique_states) = 0 THEN
+        IF FOUND THEN
             RAISE EXCEPTION 'pgqueue.enqueue: unique_states has an unknown state %', coalesce(quote_literal(v_bad), 'NULL')
                 USING ERRCODE = 'invalid_parameter_value',
                       HINT = 'give one or more of available, scheduled, running, retryable, completed, discarded, cancelled';

@@ -350,9 +350,11 @@ $fn$;
 
 -- Step 2, in a later statement of the same transaction (a fresh snapshot, taken under the
 -- locks): pick up to p_limit available jobs of p_queues (at most p_queue_free[i] of the
--- i-th; NULL: no cap of its own) and p_tasks that every control allows, lock them, record their starts in the rate
--- windows, and return (id, started_at) for each. Also one hint row per queue (id NULL):
---   wait:       seconds until a full rate window frees a start (NULL: not rate-bound);
+-- i-th; NULL: no cap of its own) and p_tasks that every control allows, lock them, record
+-- their starts in the rate windows, and return (id, started_at) for each. What it learnt
+-- of each queue is left for the rest of the transaction in pgqueue.claim_hints, a JSON
+-- array of {queue, wait, blocked, key_cursor}:
+--   wait:       seconds until a full rate window frees a start (null: not rate-bound);
 --   blocked:    available jobs are waiting that the queue's limits hold back;
 --   key_cursor: the last concurrency key visited (keys take turns: the next claim of this
 --               process starts after it).
@@ -364,7 +366,7 @@ CREATE FUNCTION {schema}.claim_pick(
     p_tasks text[],
     p_limit integer,
     p_key_cursors text[]
-) RETURNS TABLE (id bigint, started_at timestamptz, queue text, wait float8, blocked boolean, key_cursor text)
+) RETURNS TABLE (id bigint, started_at timestamptz)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -401,6 +403,7 @@ DECLARE
     v_picked bigint[];
     v_picked_tasks text[];
     v_all bigint[] := '{{}}';
+    v_hints jsonb := '[]';
 BEGIN
     -- Limited tasks: how many more may start. One whose lock we lack may start none.
     SELECT coalesce(array_agg(t.task ORDER BY t.task), '{{}}'),
@@ -604,11 +607,12 @@ BEGIN
         END IF;
         v_all := v_all || v_picked;
         v_left := v_left - cardinality(v_picked);
-        id := NULL; started_at := NULL; queue := v_q; wait := v_wait; blocked := v_blocked; key_cursor := v_cursor;
-        RETURN NEXT;
+        v_hints := v_hints || jsonb_build_object(
+            'queue', v_q, 'wait', v_wait, 'blocked', v_blocked, 'key_cursor', v_cursor);
     END LOOP;
 
-    RETURN QUERY SELECT x.id, v_now, NULL::text, NULL::float8, NULL::boolean, NULL::text FROM unnest(v_all) AS x(id);
+    PERFORM set_config('pgqueue.claim_hints', v_hints::text, true);
+    RETURN QUERY SELECT x.id, v_now FROM unnest(v_all) AS x(id);
 END
 $fn$;
 

@@ -141,12 +141,14 @@ def test_roles_set_up_before_0007_keep_working_until_the_script_runs_again(
             first = one(producer, "SELECT pgqueue.enqueue('t.produced', unique_key => 'u', unique_period => '1 hour')")
             again = one(producer, "SELECT pgqueue.enqueue('t.produced', unique_key => 'u', unique_period => '1 hour')")
             assert again == first
+            rules = produced.options(unique=pgqueue.Unique(period=60), expires_in=600, concurrency_key="c")
+            assert rules.enqueue(producer, n=9) == rules.enqueue(producer, n=9)  # the Python API's path
             with denied:
                 producer.execute("SELECT * FROM pgqueue.unique_keys")
         with psycopg.connect(make_conninfo(empty_dsn, user=logins["worker"]), autocommit=True) as worker:
             assert worker.execute("DELETE FROM pgqueue.unique_keys WHERE key = 'u'").rowcount == 1
         with psycopg.connect(empty_dsn, autocommit=True) as admin:
-            assert one(admin, "SELECT count(*) FROM pgqueue.jobs") == 6
+            assert one(admin, "SELECT count(*) FROM pgqueue.jobs") == 7
     finally:
         with psycopg.connect(server_dsn(), autocommit=True) as admin:
             admin.execute(
