@@ -353,7 +353,7 @@ $fn$;
 -- i-th; NULL: no cap of its own) and p_tasks that every control allows, lock them, record
 -- their starts in the rate windows, and return (id, started_at) for each. What it learnt
 -- of each queue is left for the rest of the transaction in pgqueue.claim_hints, a JSON
--- array of {queue, wait, blocked, key_cursor}:
+-- array of objects (queue, wait, blocked, key_cursor):
 --   wait:       seconds until a full rate window frees a start (null: not rate-bound);
 --   blocked:    available jobs are waiting that the queue's limits hold back;
 --   key_cursor: the last concurrency key visited (keys take turns: the next claim of this

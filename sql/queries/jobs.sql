@@ -144,8 +144,8 @@ WITH picked AS MATERIALIZED (
 -- include: claim_picked
 
 -- name: job_claim_hints
--- A limited claim, step 3: what claim_pick learnt of each queue (a JSON array of {queue,
--- wait, blocked, key_cursor}), left for this transaction.
+-- A limited claim, step 3: what claim_pick learnt of each queue (a JSON array of objects:
+-- queue, wait, blocked, key_cursor), left for this transaction.
 SELECT current_setting('pgqueue.claim_hints', true)
 
 -- name: flow_settings
