@@ -144,6 +144,7 @@ def _wait_flushed(conn: Conn, lsn: str, timeout: float = 5.0) -> None:
 
 
 def wal_window(conn: Conn, start: str, split: str, end: str, inspect: bool) -> WalWindow:
+    why = "pg_walinspect unavailable"
     if inspect:
         _wait_flushed(conn, end)
         row = conn.execute("SELECT oid FROM pg_database WHERE datname = current_database()").fetchone()
@@ -152,8 +153,8 @@ def wal_window(conn: Conn, start: str, split: str, end: str, inspect: bool) -> W
             rows = conn.execute(
                 WAL_RECORDS_SQL, {"start": start, "end": end, "split": split, "pattern": rf"rel \d+/{row[0]}/"}
             ).fetchall()
-        except psycopg.Error:  # e.g. the window's segments were already recycled
-            pass
+        except psycopg.Error as exc:  # e.g. the window's segments were already recycled
+            why = f"pg_walinspect failed: {exc}"
         else:
             parts = {bool(late): (int(o), int(f), int(c)) for late, o, f, c in rows}
             early, late = parts.get(False, (0, 0, 0)), parts.get(True, (0, 0, 0))
@@ -165,7 +166,7 @@ def wal_window(conn: Conn, start: str, split: str, end: str, inspect: bool) -> W
         [split, start, end, split],
     ).fetchone()
     assert row is not None
-    return WalWindow("pg_current_wal_insert_lsn (whole cluster)", (int(row[0]), int(row[1])), (0, 0), sum(row))
+    return WalWindow(f"pg_current_wal_insert_lsn (whole cluster; {why})", (int(row[0]), int(row[1])), (0, 0), sum(row))
 
 
 # -- server CPU -----------------------------------------------------------------------------
@@ -299,7 +300,7 @@ def warnings_for(source: str) -> list[str]:
     """What to say next to the figures about how WAL was measured."""
     if source.startswith("pg_current_wal"):
         return [
-            "WAL per job is the whole cluster's (pg_walinspect unavailable here): other databases' "
-            "writes during a run are counted too; run on an otherwise idle server"
+            f"WAL per job is the whole cluster's ({source.partition('; ')[2].rstrip(')')}): other "
+            "databases' writes during a run are counted too; run on an otherwise idle server"
         ]
     return []

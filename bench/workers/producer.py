@@ -2,8 +2,10 @@
 
 ``--rate 0`` means as fast as possible; otherwise it paces itself to ``--rate`` jobs/s and
 reports ``<key> <commit time>`` for each job (the latency workloads pair these with the
-workers' start reports). ``--contender plain-insert`` inserts one row into a plain table
-instead: the baseline a single enqueue is compared with.
+workers' start reports). It ends with ``DONE <jobs> <seconds> <CPU seconds>``: the CPU
+time (user + system) this process spent enqueueing, start-up excluded.
+``--contender plain-insert`` inserts one row into a plain table instead: the baseline a
+single enqueue is compared with.
 
 ``--batch N`` (N > 1) makes each transaction one bulk enqueue of N jobs through the
 contender's bulk path (its ``preload``: pgqueue's ``enqueue_many``, PgQueuer's list
@@ -58,14 +60,14 @@ def bulk(args: argparse.Namespace) -> None:
 
     if args.start_at:
         time.sleep(max(args.start_at - time.time(), 0))
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     end = start + args.duration
     count = 0
     while time.perf_counter() < end:
         enqueue_many()
         count += args.batch
     elapsed = time.perf_counter() - start
-    sys.stdout.write(f"DONE {count} {elapsed:.6f}\n")
+    sys.stdout.write(f"DONE {count} {elapsed:.6f} {time.process_time() - cpu:.6f}\n")
     sys.stdout.flush()
     conn.close()
 
@@ -98,7 +100,7 @@ def main() -> None:
     prefix = uuid.uuid4().hex[:8]
     if args.start_at:
         time.sleep(max(args.start_at - time.time(), 0))
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     end = start + args.duration
     count = 0
     reporting = args.rate > 0
@@ -118,7 +120,7 @@ def main() -> None:
             out.write(f"{key} {time.time():.6f}\n")
         count += 1
     elapsed = time.perf_counter() - start
-    out.write(f"DONE {count} {elapsed:.6f}\n")
+    out.write(f"DONE {count} {elapsed:.6f} {time.process_time() - cpu:.6f}\n")
     out.flush()
     conn.close()
 

@@ -101,6 +101,12 @@ def run(
         m = {c.name: med[lab] for lab, (c, k) in runs_plan.items() if k == cfg}
         per_config[cfg.label] = {"medians": m, "ratios": ratios(m, "jobs/s")}
         rows[cfg.label] = summary(m, same_batch=f"raw-sql-b{cfg.concurrency}")
+    # "2 processes at least as fast as 1": pgqueue against itself in one process.
+    for cfg in configs:
+        ours = per_config[cfg.label]["medians"].get("pgqueue")
+        single = per_config.get(Config(1, cfg.concurrency).label, {}).get("medians", {}).get("pgqueue")
+        if cfg.processes > 1 and ours and single:
+            rows[cfg.label]["/ 1 process"] = ours["jobs/s"] / single["jobs/s"]
     return {
         "workload": "drain",
         "params": {

@@ -10,6 +10,7 @@ runs for ``duration`` seconds; the figure is the sum of their commits per second
 from __future__ import annotations
 
 import functools
+import math
 import subprocess
 import sys
 import time
@@ -30,7 +31,9 @@ def producers(
     duration: float,
     contender: Contender | None = None,
     batch: int = 1,
-) -> float:
+) -> dict[str, float]:
+    """Run ``count`` producers together; their summed jobs/s and CPU per job (NaN for a
+    baseline checkout whose producer does not report its CPU time)."""
     start_at = time.time() + 1.0
     cmd = [
         sys.executable,
@@ -49,15 +52,17 @@ def producers(
         cmd += ["--batch", str(batch)]
     cwd = contender.process_cwd(REPO) if contender else REPO
     procs = [subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, text=True) for _ in range(count)]
-    total = 0.0
+    rate, jobs, cpu = 0.0, 0, 0.0
     for proc in procs:
         out, _ = proc.communicate(timeout=duration + 120)
         done = [line for line in out.splitlines() if line.startswith("DONE ")]
         if proc.returncode != 0 or not done:
             raise RuntimeError(f"producer for {name} failed (exit {proc.returncode})")
-        _, n, elapsed = done[-1].split()
-        total += int(n) / float(elapsed)
-    return total
+        n, elapsed, *rest = done[-1].split()[1:]
+        rate += int(n) / float(elapsed)
+        jobs += int(n)
+        cpu += float(rest[0]) if rest else math.nan
+    return {"jobs/s": rate, "producer CPU us/job": cpu * 1e6 / jobs if jobs else math.nan}
 
 
 @functools.cache
@@ -80,7 +85,7 @@ def _section(
                 conn.execute("TRUNCATE bench_raw.plain")
             else:
                 by_name[name].reset(conn)
-        return {"jobs/s": producers(dsn, name, count, duration, by_name.get(name), batch)}
+        return producers(dsn, name, count, duration, by_name.get(name), batch)
 
     runs = interleaved(names, repeat, one)
     med = medians(runs)
@@ -157,6 +162,9 @@ def _summary(med: dict[str, dict[str, float]]) -> dict[str, float]:
         return {}
     ours = med["pgqueue"]["jobs/s"]
     row = {"/ plain insert": ours / med[PLAIN]["jobs/s"]}
+    cpu = med["pgqueue"].get("producer CPU us/job", math.nan)
+    if not math.isnan(cpu) and med[PLAIN].get("producer CPU us/job"):
+        row["producer CPU / plain"] = cpu / med[PLAIN]["producer CPU us/job"]
     for name in ("pgqueuer", "procrastinate", "pgqueue-baseline"):
         if med.get(name, {}).get("jobs/s"):
             row[f"/ {name.removeprefix('pgqueue-')}"] = ours / med[name]["jobs/s"]

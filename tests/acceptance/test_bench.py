@@ -67,6 +67,10 @@ def test_drain(dsn: str, tmp_path: Path) -> None:
     assert set(data["summary"]) == {"1 x 4", "2 x 4"}
     for row in data["summary"].values():
         assert {"/ raw-sql", "/ raw same batch", "WAL / raw"} <= set(row)
+    assert data["summary"]["2 x 4"]["/ 1 process"] == pytest.approx(
+        data["configs"]["2 x 4"]["medians"]["pgqueue"]["jobs/s"]
+        / data["configs"]["1 x 4"]["medians"]["pgqueue"]["jobs/s"]
+    )
     assert data["wal_source"]
 
 
