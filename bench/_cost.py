@@ -7,7 +7,12 @@
   *this database* are counted: records whose block references name this database's OID,
   plus every record of a transaction that wrote such a block (its commit record).
   Checkpoint and other cluster-wide records, and other databases' writes, are left out;
-  their share of the window is kept as ``WAL others %``. Each record counts with its
+  their share of the window is kept as ``WAL others %``. So that a busy server cannot
+  recycle the window's WAL segments before they are read (a checkpoint triggered by other
+  databases' writes can), a *temporary* physical replication slot reserves them from the
+  window's start until they are read; it is dropped then, or with the session if the bench
+  dies (it needs the REPLICATION privilege; without it the window is read unprotected).
+  Each record counts with its
   alignment padding (``end_lsn - start_lsn``); full-page images are inside that figure and
   also reported apart (``WAL FPI B/job``), since a checkpoint falling in one run's window
   inflates it. Without ``pg_walinspect`` (or when the window's WAL was already recycled)
@@ -29,10 +34,13 @@ Figures are NaN where they cannot be measured (not Linux, a remote server).
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
+import re
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -131,6 +139,25 @@ def enable_walinspect(conn: Conn) -> bool:
         except psycopg.Error:
             return False
     return True
+
+
+def reserve_wal(conn: Conn) -> str | None:
+    """Hold WAL from now on with a temporary physical replication slot; its name, or None
+    when this role may not create one (or no slot is free)."""
+    name = f"pgqueue_bench_{os.getpid()}_{next(_SLOTS)}"
+    try:
+        conn.execute("SELECT pg_create_physical_replication_slot(%s, true, true)", [name])
+    except psycopg.Error:
+        return None
+    return name
+
+
+def release_wal(conn: Conn, slot: str | None) -> None:
+    if slot is not None:
+        conn.execute("SELECT pg_drop_replication_slot(%s)", [slot])
+
+
+_SLOTS = itertools.count()
 
 
 def _wait_flushed(conn: Conn, lsn: str, timeout: float = 5.0) -> None:
@@ -250,12 +277,14 @@ class CostMeter:
     _lsn: list[str] = field(default_factory=list)
     _workers0: float = 0.0
     _backends: BackendCpu | None = None
+    _slot: str | None = None
     result: dict[str, float] = field(default_factory=dict)
     wal_source: str = ""
 
     def start(self) -> CostMeter:
         self._conn = connect(self.dsn)
         self.inspect = self.inspect and enable_walinspect(self._conn)
+        self._slot = reserve_wal(self._conn) if self.inspect else None
         if server_is_local(self._conn):
             self._backends = BackendCpu(self.dsn)
             self._backends.start(self._conn)
@@ -277,8 +306,9 @@ class CostMeter:
             server = self._backends.stop(conn) if self._backends is not None else math.nan
             split = self._lsn[1] if len(self._lsn) > 1 else end
             wal = wal_window(conn, self._lsn[0], split, end, self.inspect)
+            release_wal(conn, self._slot)
         finally:
-            conn.close()
+            conn.close()  # a temporary slot not dropped yet goes with the session
         self.wal_source = wal.source
         per = max(jobs, 1)
         out = {
@@ -296,11 +326,14 @@ class CostMeter:
         return out
 
 
-def warnings_for(source: str) -> list[str]:
-    """What to say next to the figures about how WAL was measured."""
-    if source.startswith("pg_current_wal"):
-        return [
-            f"WAL per job is the whole cluster's ({source.partition('; ')[2].rstrip(')')}): other "
-            "databases' writes during a run are counted too; run on an otherwise idle server"
-        ]
-    return []
+def warnings_for(sources: Iterable[str]) -> list[str]:
+    """What to say next to the figures about how WAL was measured (one line for all runs)."""
+    fallbacks = [s for s in sources if s.startswith("pg_current_wal")]
+    if not fallbacks:
+        return []
+    # The reasons, without the segment file names that make each one unique.
+    reasons = sorted({re.sub(r"pg_wal/\w+", "pg_wal/...", s.partition("; ")[2].rstrip(")")) for s in fallbacks})
+    return [
+        f"WAL per job is the whole cluster's in {len(fallbacks)} run(s) ({'; '.join(reasons)}): other "
+        "databases' writes during those runs are counted too; run on an otherwise idle server"
+    ]

@@ -101,7 +101,7 @@ def run(
             return [group(processes, ("--queues", ",".join(names)))]
         return [group(processes)]
 
-    sources: set[str] = set()
+    sources: list[str] = []  # how each run's WAL was measured
 
     def one(lab: str, _rep: int) -> dict[str, float]:
         contender, scenario = plan[lab]
@@ -126,7 +126,7 @@ def run(
                 finally:
                     samples = sampler.stop()
             # Workers have exited here: their STATS lines are in.
-            sources.add(meter.wal_source)
+            sources.append(meter.wal_source)
             contender.reset(conn)  # no dead rows left for autovacuum in the next run's window
         stats = parse_stats([s for g in started for s in g.stats])
         return {**_metrics(jobs, t, committed, done, samples, stats), **cost}
@@ -154,8 +154,8 @@ def run(
         "scenarios": per_scenario,
         "skipped": skipped,
         "summary": rows,
-        "wal_source": sorted(sources),
-        "warnings": [w for s in sorted(sources) for w in warnings_for(s)],
+        "wal_source": sorted(set(sources)),
+        "warnings": warnings_for(sources),
     }
 
 

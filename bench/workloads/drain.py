@@ -68,7 +68,7 @@ def run(
     runs_plan = plan(contenders, configs, raw_same_batch)
     for c in {c.name: c for c, _ in runs_plan.values()}.values():
         c.setup(dsn)
-    sources: set[str] = set()
+    sources: list[str] = []  # how each run's WAL was measured
 
     def one(lab: str, _rep: int) -> dict[str, float]:
         contender, cfg = runs_plan[lab]
@@ -83,7 +83,7 @@ def run(
                 meter.mark()
                 done = wait_drained(conn, contender, timeout)
                 cost = meter.stop(jobs)
-            sources.add(meter.wal_source)
+            sources.append(meter.wal_source)
             # Leave no dead rows behind for autovacuum to clear in the next contender's window.
             contender.reset(conn)
         return {
@@ -115,8 +115,8 @@ def run(
             "raw_same_batch": raw_same_batch,
             "repeat": repeat,
         },
-        "wal_source": sorted(sources),
-        "warnings": [w for s in sorted(sources) for w in warnings_for(s)],
+        "wal_source": sorted(set(sources)),
+        "warnings": warnings_for(sources),
         "runs": runs,
         "configs": per_config,
         "summary": rows,

@@ -212,13 +212,13 @@ def run(dsn: str, contenders: list[Contender], cfg: Steady, *, repeat: int) -> d
 
     runs = interleaved(list(by_name), repeat, one)
     med = medians(runs)
-    sources = sorted({tl["wal_source"] for tls in timelines.values() for tl in tls if tl["wal_source"]})
+    sources = [tl["wal_source"] for tls in timelines.values() for tl in tls if tl["wal_source"]]
     row = summary(med)
     return {
         "workload": "steady",
         "params": {**asdict(cfg), "repeat": repeat},
-        "warnings": vacuum_warnings(dsn) + [w for s in sources for w in warnings_for(s)],
-        "wal_source": sources,
+        "warnings": vacuum_warnings(dsn) + warnings_for(sources),
+        "wal_source": sorted(set(sources)),
         "runs": runs,
         "medians": med,
         "ratios": ratios(med, "jobs/s"),
