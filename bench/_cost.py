@@ -141,6 +141,9 @@ def enable_walinspect(conn: Conn) -> bool:
     return True
 
 
+_SLOTS = itertools.count()  # slot names are unique per bench process
+
+
 def reserve_wal(conn: Conn) -> str | None:
     """Hold WAL from now on with a temporary physical replication slot; its name, or None
     when this role may not create one (or no slot is free)."""
@@ -155,9 +158,6 @@ def reserve_wal(conn: Conn) -> str | None:
 def release_wal(conn: Conn, slot: str | None) -> None:
     if slot is not None:
         conn.execute("SELECT pg_drop_replication_slot(%s)", [slot])
-
-
-_SLOTS = itertools.count()
 
 
 def _wait_flushed(conn: Conn, lsn: str, timeout: float = 5.0) -> None:
