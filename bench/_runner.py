@@ -186,7 +186,8 @@ def summary(
 ) -> dict[str, float]:
     """One row of a workload's closing ratio table: pgqueue's ``metric`` over the raw-SQL
     ceiling (and over ``same_batch``, a raw variant at comparable settings), PgQueuer,
-    procrastinate and pgqueue-baseline where present; its WAL and CPU per job over raw's."""
+    procrastinate and pgqueue-baseline where present; its WAL and CPU per job over raw's
+    (and over the baseline's)."""
     if "pgqueue" not in med:
         return {}
     ours = med["pgqueue"]
@@ -205,6 +206,11 @@ def summary(
         raw = [v[cost] for n, v in med.items() if n.startswith("raw-sql") and v.get(cost, 0) > 0]
         if raw and cost in ours:
             row[label] = ours[cost] / min(raw)
+    # Before/after: CPU per job moves far less with the machine's load than jobs/s does.
+    base = med.get("pgqueue-baseline", {})
+    for cost, label in (("WAL B/job", "WAL / baseline"), ("worker CPU us/job", "worker CPU / baseline")):
+        if base.get(cost, 0) > 0 and cost in ours:
+            row[label] = ours[cost] / base[cost]
     return row
 
 

@@ -7,6 +7,7 @@ JSON result and that its figures are sane. No timing thresholds: CI machines are
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -230,3 +231,52 @@ def test_idle(dsn: str, tmp_path: Path) -> None:
     assert data["queries/s"] >= 0
     assert data["CPU %"] >= 0
     assert data["seconds"] >= 2
+
+
+def test_baseline_contender(dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # This very checkout as the "baseline" revision: its processes run from another
+    # directory's code (here the same), and the tables gain the before/after ratios.
+    from bench import _contenders
+    from bench._runner import REPO
+
+    baseline = dataclasses.replace(
+        _contenders.PGQUEUE, name="pgqueue-baseline", variant=True, checkout=str(REPO), name_there="pgqueue"
+    )
+    monkeypatch.setitem(_contenders.CONTENDERS, "pgqueue-baseline", baseline)
+    data = bench(dsn, tmp_path, "enqueue", contenders="pgqueue,pgqueue-baseline")
+    bulk = data["results"]["bulk 100 per call, 1 producers"]["medians"]
+    assert {"plain-insert", "pgqueue", "pgqueue-baseline"} == set(bulk)  # its producer takes --batch
+    for row in data["summary"].values():
+        assert row["/ baseline"] > 0
+
+
+def test_summary_row() -> None:
+    from bench._runner import summary
+
+    med = {
+        "pgqueue": {"jobs/s": 5_000.0, "WAL B/job": 1_000.0, "worker CPU us/job": 40.0},
+        "pgqueue-baseline": {"jobs/s": 4_000.0, "WAL B/job": 1_250.0, "worker CPU us/job": 50.0},
+        "raw-sql-b100": {"jobs/s": 20_000.0, "WAL B/job": 500.0, "worker CPU us/job": 5.0},
+        "raw-sql-b16": {"jobs/s": 10_000.0, "WAL B/job": 400.0, "worker CPU us/job": 10.0},
+        "pgqueuer": {"jobs/s": 2_500.0},
+    }
+    row = summary(med, same_batch="raw-sql-b16")
+    assert row["/ raw-sql"] == pytest.approx(0.25)  # the best raw variant's throughput
+    assert row["/ raw same batch"] == pytest.approx(0.5)
+    assert row["/ pgqueuer"] == pytest.approx(2.0)
+    assert row["/ baseline"] == pytest.approx(1.25)
+    assert row["WAL / raw"] == pytest.approx(2.5)  # the cheapest raw variant's WAL
+    assert row["worker CPU / raw"] == pytest.approx(8.0)
+    assert row["WAL / baseline"] == pytest.approx(0.8)
+    assert row["worker CPU / baseline"] == pytest.approx(0.8)
+    assert summary({"raw-sql-b100": med["raw-sql-b100"]}) == {}
+
+
+def test_wal_fallback_warning() -> None:
+    from bench._cost import warnings_for
+
+    assert warnings_for(["pg_walinspect (this database)"]) == []
+    lost = "pg_current_wal_insert_lsn (whole cluster; pg_walinspect failed: requested WAL segment pg_wal/{} gone)"
+    (warning,) = warnings_for([lost.format("0001"), lost.format("0002"), "pg_walinspect (this database)"])
+    assert "in 2 run(s)" in warning
+    assert "pg_wal/..." in warning
