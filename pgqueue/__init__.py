@@ -20,10 +20,13 @@ from .errors import (
     PgQueueError,
     Retry,
     SchemaNotInstalledError,
+    Snooze,
+    UnknownQueueError,
     UnknownTaskError,
 )
 from .models import Job, JobContext, JobSpec, JobState
 from .retry import Backoff
+from .unique import Unique
 from .worker.worker import Worker
 
 __all__ = [
@@ -39,6 +42,7 @@ __all__ = [
     "Job",
     "JobContext",
     "JobNotFoundError",
+    "UnknownQueueError",
     "JobSpec",
     "JobState",
     "MigrationError",
@@ -47,7 +51,9 @@ __all__ = [
     "Retry",
     "Schedule",
     "SchemaNotInstalledError",
+    "Snooze",
     "Task",
+    "Unique",
     "UnknownTaskError",
     "Worker",
     "WorkerConfig",

@@ -14,10 +14,14 @@ from typing import Any
 from .config import validate_queue
 from .errors import ConfigError, InvalidArgumentsError, PayloadTooLargeError
 from .models import RUN_AT_MAX, RUN_AT_MIN, JobSpec
+from .unique import Unique
 
 __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
     "MAX_ARGS_DEPTH",
+    "check_expires_in",
+    "check_key",
+    "concurrency_key_from",
     "encode_args",
     "make_spec",
     "validate_task_name",
@@ -25,6 +29,10 @@ __all__ = [
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 PRIORITY_RANGE = range(-32768, 32768)
+#: Longest delay or deadline: ten years, in seconds.
+MAX_SECONDS = 10 * 365 * 86400
+#: unique_key and concurrency_key are text of 1-200 characters (CHECKs on jobs_live).
+MAX_KEY = 200
 #: max_attempts is an int4 column; the claim passes task limits as int[].
 MAX_ATTEMPTS_LIMIT = 2**31 - 1
 #: Deepest nesting of containers in a job's arguments (the arguments object is level 1).
@@ -108,31 +116,96 @@ def _seconds(delay: float | timedelta | None) -> float | None:
     if delay is None:
         return None
     seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
-    if not seconds >= 0 or seconds > 10 * 365 * 86400:
+    if not seconds >= 0 or seconds > MAX_SECONDS:
         raise ConfigError(f"delay must be between 0 and ten years, got {delay!r}")
     return seconds
 
 
-def _check_run_at(run_at: datetime) -> None:
-    if not isinstance(run_at, datetime) or run_at.tzinfo is None or run_at.utcoffset() is None:
-        raise ConfigError(f"run_at must be a timezone-aware datetime, got {run_at!r}")
+def check_expires_in(expires_in: float | timedelta) -> float:
+    """``expires_in`` in seconds if it is a positive span up to ten years, else
+    :class:`ConfigError` (zero would expire a job before it could start)."""
     try:
-        in_range = RUN_AT_MIN <= run_at < RUN_AT_MAX
+        seconds = expires_in.total_seconds() if isinstance(expires_in, timedelta) else float(expires_in)
+    except (TypeError, ValueError):
+        seconds = float("nan")
+    if isinstance(expires_in, bool) or not 0 < seconds <= MAX_SECONDS:  # also refuses NaN and infinity
+        raise ConfigError(f"expires_in must be positive seconds (or a timedelta) up to ten years, got {expires_in!r}")
+    return seconds
+
+
+def _check_time(name: str, value: datetime) -> None:
+    if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
+        raise ConfigError(f"{name} must be a timezone-aware datetime, got {value!r}")
+    try:
+        in_range = RUN_AT_MIN <= value < RUN_AT_MAX
     except OverflowError:
         in_range = False
     if not in_range:
-        raise ConfigError(f"run_at must be between {RUN_AT_MIN:%Y-%m-%d} and {RUN_AT_MAX:%Y-%m-%d} UTC, got {run_at!r}")
+        raise ConfigError(f"{name} must be between {RUN_AT_MIN:%Y-%m-%d} and {RUN_AT_MAX:%Y-%m-%d} UTC, got {value!r}")
+
+
+def _check_run_at(run_at: datetime) -> None:
+    _check_time("run_at", run_at)
+
+
+def check_key(name: str, key: str) -> None:
+    if not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY:
+        got = f"{len(key)} characters" if isinstance(key, str) else repr(key)
+        raise ConfigError(f"{name} must be a string of 1-{MAX_KEY} characters, got {got}")
+    if "\x00" in key:
+        raise ConfigError(f"{name} contains a NUL character, which PostgreSQL text cannot store")
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigError(f"{name} is not valid Unicode text ({exc.reason} at position {exc.start})") from None
 
 
 def _check_unique_key(unique_key: str) -> None:
-    if not isinstance(unique_key, str) or not 1 <= len(unique_key) <= 200:
-        raise ConfigError("unique_key must be a string of 1-200 characters")
-    if "\x00" in unique_key:
-        raise ConfigError("unique_key contains a NUL character, which PostgreSQL text cannot store")
+    check_key("unique_key", unique_key)
+
+
+def concurrency_key_from(task: str, arg: str, args: Mapping[str, Any], defaults: Mapping[str, Any]) -> str:
+    """The concurrency key a task declares with ``concurrency_key="<arg>"``: the value of
+    that argument (or the handler's default for it) as text.
+
+    Raises:
+        InvalidArgumentsError: the argument is missing or None, not a str or an int, or
+        its text is not a valid key (empty, over 200 characters, a NUL character).
+    """
+    where = f"task {task!r}: its concurrency_key comes from argument {arg!r}"
+    if arg in args:
+        value = args[arg]
+    elif arg in defaults:
+        value = defaults[arg]
+    else:
+        raise InvalidArgumentsError(f"{where}, which was not given")
+    if value is None or isinstance(value, bool) or not isinstance(value, str | int):
+        raise InvalidArgumentsError(f"{where}, which must be a str or an int, got {type(value).__name__}")
+    key = str(value)
     try:
-        unique_key.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ConfigError(f"unique_key is not valid Unicode text ({exc.reason} at position {exc.start})") from None
+        check_key("concurrency_key", key)
+    except ConfigError as exc:
+        raise InvalidArgumentsError(f"{where}: {exc}") from None
+    return key
+
+
+def _deadline(
+    expires_at: datetime | None, expires_in: float | timedelta | None, run_at: datetime | None
+) -> tuple[datetime | None, float | None]:
+    """Checked ``(expires_at, expires_in seconds)``. A deadline already past by the
+    database clock is not refused here (the client cannot see that clock, and a
+    transaction may commit after it anyway): the job is cancelled as expired unstarted."""
+    if expires_at is not None and expires_in is not None:
+        raise ConfigError("give expires_at or expires_in, not both")
+    if expires_at is not None:
+        _check_time("expires_at", expires_at)
+        if run_at is not None and expires_at <= run_at:
+            raise ConfigError(
+                f"expires_at {expires_at.isoformat()} is not after run_at {run_at.isoformat()}: "
+                "the job could never start"
+            )
+        return expires_at, None
+    return None, None if expires_in is None else check_expires_in(expires_in)
 
 
 def check_max_attempts(max_attempts: int) -> int:
@@ -157,7 +230,15 @@ def make_spec(
     unique_key: str | None,
     max_attempts: int | None,
     max_bytes: int,
+    concurrency_key: str | None = None,
+    expires_at: datetime | None = None,
+    expires_in: float | timedelta | None = None,
+    unique: Unique | None = None,
+    defaults: Mapping[str, Any] | None = None,
 ) -> JobSpec:
+    """A checked job. ``concurrency_key`` is final (a declared argument already read);
+    ``unique`` rules with no ``unique_key`` derive the key from ``task`` and ``args``
+    (``defaults``: the handler's default values)."""
     validate_task_name(task)
     validate_queue(queue)
     if isinstance(priority, bool) or not isinstance(priority, int) or priority not in PRIORITY_RANGE:
@@ -170,13 +251,28 @@ def make_spec(
         _check_unique_key(unique_key)
     if max_attempts is not None:
         check_max_attempts(max_attempts)
+    if concurrency_key is not None:
+        check_key("concurrency_key", concurrency_key)
+    deadline, expires_seconds = _deadline(expires_at, expires_in, run_at)
+    delay_seconds = _seconds(delay)
+    args_json = encode_args(task, args, max_bytes)
+    if unique is not None and not isinstance(unique, Unique):
+        raise ConfigError(f"unique must be a pgqueue.Unique, got {unique!r}")
+    if unique is not None and unique_key is None:
+        unique_key = unique.key_for(task, args, defaults)
     return JobSpec(
         task=task,
-        args_json=encode_args(task, args, max_bytes),
+        args_json=args_json,
         queue=queue,
         priority=priority,
         run_at=run_at,
-        delay=_seconds(delay),
+        delay=delay_seconds,
         unique_key=unique_key,
         max_attempts=max_attempts,
+        concurrency_key=concurrency_key,
+        expires_at=deadline,
+        expires_in=expires_seconds,
+        unique_period=None if unique is None else unique.period,
+        unique_states=None if unique is None else unique.states,
+        unique_mode=None if unique is None else unique.mode,
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .errors import ConfigError
@@ -64,7 +64,25 @@ class ArgsChecker:
             p.name for p in params if p.kind in (_POSITIONAL_OR_KEYWORD, _KEYWORD_ONLY) and p.default is p.empty
         )
         self.any_keyword = any(p.kind is _VAR_KEYWORD for p in params)
+        #: Default values of the parameters that have one (what a job argument left out
+        #: reads as: unique and concurrency keys derived from arguments use them).
+        self.defaults = {
+            p.name: p.default
+            for p in params
+            if p.kind in (_POSITIONAL_OR_KEYWORD, _KEYWORD_ONLY) and p.default is not p.empty
+        }
         self._accepted = frozenset(self.names)
+
+    def unknown_names(self, names: Iterable[str]) -> list[str]:
+        """Which of ``names`` no job argument can carry to the handler (none when it
+        takes ``**kwargs`` or has no readable signature)."""
+        if not self.checked or self.any_keyword:
+            return []
+        return [n for n in names if n not in self._accepted]
+
+    def takes(self) -> str:
+        """What the handler takes, in words (for error messages)."""
+        return self._takes()
 
     def problem(self, args: Mapping[str, Any]) -> str | None:
         """Why the handler cannot be called with ``args``, or None when it can."""

@@ -2,7 +2,7 @@
 
 :class:`App` and :class:`Task` live together: ``@app.task`` makes a Task, and a Task's
 ``app`` is its App (the enqueue API goes through both). That is why this module is
-about 400 lines: the whole declaration API, where users read it. What the worker needs
+about 470 lines: the whole declaration API, where users read it. What the worker needs
 of a task is :class:`pgqueue.task.TaskDef`, which the runtime uses instead.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
+from typing import Any, Generic, Literal, ParamSpec, Protocol, TypeVar, overload
 
 import psycopg
 
@@ -25,6 +25,7 @@ from .migrate import migrate
 from .models import JobSpec
 from .retry import Backoff
 from .task import TaskDef
+from .unique import Unique
 from .worker import Worker
 
 __all__ = ["App", "Task", "TaskOptions"]
@@ -44,6 +45,11 @@ class TaskOptions:
     delay: float | timedelta | None = None
     unique_key: str | None = None
     max_attempts: int | None = None
+    concurrency_key: str | None = None
+    expires_at: datetime | None = None
+    expires_in: float | timedelta | None = None
+    #: False: not unique, whatever the task declares.
+    unique: Unique | Literal[False] | None = None
 
 
 class Task(TaskDef, Generic[P, R]):
@@ -66,11 +72,29 @@ class Task(TaskDef, Generic[P, R]):
         delay: float | timedelta | None = None,
         unique_key: str | None = None,
         max_attempts: int | None = None,
+        concurrency_key: str | None = None,
+        expires_at: datetime | None = None,
+        expires_in: float | timedelta | None = None,
+        unique: Unique | Literal[False] | None = None,
     ) -> Task[P, R]:
-        """A copy of this task whose enqueues use these settings."""
+        """A copy of this task whose enqueues use these settings.
+
+        ``concurrency_key`` replaces the key the task derives from an argument.
+        ``expires_at`` (a time) or ``expires_in`` (seconds after the job's run_at) is the
+        deadline by which an attempt must start; either replaces the task's
+        ``expires_in``. ``unique`` replaces the task's unique rules (``False``: none);
+        with unique rules, ``unique_key`` names the key instead of the arguments.
+
+        Raises:
+            ConfigError: ``unique`` names arguments the handler does not take, or is not
+            a :class:`~pgqueue.Unique`.
+        """
+        if unique is not None and unique is not False:
+            self.check_unique(unique)
         bound: Task[P, R] = Task.__new__(Task)
         bound.__dict__.update(self.__dict__)
         d = self._defaults
+        deadline = expires_at is not None or expires_in is not None
         bound._defaults = TaskOptions(
             queue=d.queue if queue is None else queue,
             priority=d.priority if priority is None else priority,
@@ -78,6 +102,10 @@ class Task(TaskDef, Generic[P, R]):
             delay=d.delay if delay is None else delay,
             unique_key=d.unique_key if unique_key is None else unique_key,
             max_attempts=d.max_attempts if max_attempts is None else max_attempts,
+            concurrency_key=d.concurrency_key if concurrency_key is None else concurrency_key,
+            expires_at=expires_at if deadline else d.expires_at,
+            expires_in=expires_in if deadline else d.expires_in,
+            unique=d.unique if unique is None else unique,
         )
         return bound
 
@@ -92,6 +120,12 @@ class Task(TaskDef, Generic[P, R]):
         if problem is not None:
             raise InvalidArgumentsError(f"task {self.name!r}: {problem}")
         o = self._defaults
+        concurrency_key = o.concurrency_key
+        if concurrency_key is None and self.concurrency_key is not None:
+            concurrency_key = _enqueue.concurrency_key_from(
+                self.name, self.concurrency_key, kwargs, self.args_checker.defaults
+            )
+        deadline = o.expires_at is not None or o.expires_in is not None
         return _enqueue.make_spec(
             self.name,
             kwargs,
@@ -102,6 +136,11 @@ class Task(TaskDef, Generic[P, R]):
             unique_key=o.unique_key,
             max_attempts=o.max_attempts,
             max_bytes=self.app.max_payload_bytes,
+            concurrency_key=concurrency_key,
+            expires_at=o.expires_at,
+            expires_in=o.expires_in if deadline else self.expires_in,
+            unique=(self.unique if o.unique is None else o.unique) or None,
+            defaults=self.args_checker.defaults,
         )
 
     def enqueue(self, conn: psycopg.Connection[Any], **kwargs: Any) -> int:
@@ -195,6 +234,9 @@ class App:
         transactional: bool = False,
         pass_context: bool = False,
         log_args: bool = False,
+        concurrency_key: str | None = None,
+        expires_in: float | timedelta | None = None,
+        unique: Unique | None = None,
     ) -> _TaskDecorator: ...
 
     def task(
@@ -212,6 +254,9 @@ class App:
         transactional: bool = False,
         pass_context: bool = False,
         log_args: bool = False,
+        concurrency_key: str | None = None,
+        expires_in: float | timedelta | None = None,
+        unique: Unique | None = None,
     ) -> Any:
         """Register a handler. ``name`` defaults to ``"module.function"``.
 
@@ -219,6 +264,14 @@ class App:
         the transaction that also records the completion (exactly-once effects).
         ``non_retryable`` exceptions discard the job at once. ``timeout`` fails an attempt
         that runs longer (it then follows the retry policy).
+        ``concurrency_key`` names the argument whose value (a str or an int) is each job's
+        concurrency key. ``expires_in`` is the default deadline of the task's jobs, in
+        seconds after their run_at. ``unique`` makes the task's jobs unique
+        (:class:`~pgqueue.Unique`).
+
+        Raises:
+            ConfigError: at declaration, for a bad setting, or a ``concurrency_key`` or
+            ``Unique(args=...)`` naming an argument the handler does not take.
         """
 
         def register(func: Callable[..., Any]) -> Task[Any, Any]:
@@ -233,6 +286,7 @@ class App:
                 raise ConfigError("timeout must be positive")
             if priority not in _enqueue.PRIORITY_RANGE:
                 raise ConfigError("priority must be in -32768..32767")
+            default_deadline = None if expires_in is None else _enqueue.check_expires_in(expires_in)
             created: Task[Any, Any] = Task(
                 self,
                 func,
@@ -246,6 +300,9 @@ class App:
                 transactional=transactional,
                 pass_context=pass_context,
                 log_args=log_args,
+                concurrency_key=concurrency_key,
+                expires_in=default_deadline,
+                unique=unique,
             )
             self.tasks[task_name] = created
             self._bind_parked(func, created)
@@ -333,7 +390,8 @@ class App:
         return self._add_schedule(self._schedule(task, name, options))
 
     def declared_schedules(self) -> list[_cron.Schedule]:
-        """The app's schedules, sorted by name.
+        """The app's schedules, sorted by name; those of tasks registered here carry the
+        task's concurrency key (read from the schedule's args) and ``expires_in``.
 
         Raises:
             ConfigError: an ``@app.periodic`` decorated a function that never became a task.
@@ -343,7 +401,12 @@ class App:
             raise ConfigError(
                 f"@app.periodic on {names}, which is not a task: stack it directly above or below @app.task"
             )
-        return [self.schedules[n] for n in sorted(self.schedules)]
+        out = []
+        for name in sorted(self.schedules):
+            schedule = self.schedules[name]
+            known = self.tasks.get(schedule.task)
+            out.append(schedule if known is None else _cron.with_task_settings(schedule, known))
+        return out
 
     def _schedule(
         self, task: str, name: str | None, options: Mapping[str, Any], *, known: bool = True
@@ -391,7 +454,8 @@ class App:
         """Enqueue many jobs with COPY in ``conn``'s transaction; returns how many.
 
         ``jobs`` may be any iterable, consumed as a stream (memory stays flat). Jobs with a
-        ``unique_key`` go through the deduplicating path instead of COPY.
+        ``unique_key`` (or unique rules) go through the deduplicating path instead of COPY,
+        after the others, in key order (so that two batches sharing keys cannot deadlock).
         """
         return _enqueue_db.enqueue_many(conn, self.schema, jobs)
 

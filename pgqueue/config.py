@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from .errors import ConfigError, InvalidQueueError
 
@@ -48,9 +49,14 @@ class WorkerConfig:
     #: Queues to serve. ``None`` means every queue named by a registered task, plus
     #: ``"default"``.
     queues: tuple[str, ...] | None = None
-    #: Jobs run at once by this process (asyncio tasks; sync handlers use a thread pool
-    #: of this size).
+    #: Jobs run at once by this process (asyncio tasks; sync handlers use a thread pool),
+    #: shared by every queue without its own slots in ``queue_concurrency``.
     concurrency: int = 10
+    #: Queues with slots of their own in this process: ``{"images": 5, "emails": 20}``
+    #: runs up to 5 image jobs and 20 email jobs at once, whatever the other queues do.
+    #: These queues are served even when ``queues`` is None. Limits across every process
+    #: live in the database (``pgqueue queues limit``).
+    queue_concurrency: Mapping[str, int] = field(default_factory=dict)
     #: Lease taken at claim. A job whose lease expires (worker killed, hung, partitioned
     #: away) is rescued and retried. Heartbeats extend it while the handler runs, so it
     #: bounds recovery time, not job duration.
@@ -121,6 +127,15 @@ class WorkerConfig:
                 raise ConfigError("queues must not be empty (use None for the default)")
             for queue in self.queues:
                 validate_queue(queue)
+        for queue, slots in self.queue_concurrency.items():
+            validate_queue(queue)
+            if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+                raise ConfigError(f"queue_concurrency[{queue!r}] must be a positive int, got {slots!r}")
+            if self.queues is not None and queue not in self.queues:
+                raise ConfigError(
+                    f"queue_concurrency names {queue!r}, which is not among the queues served "
+                    f"({', '.join(self.queues)})"
+                )
         positive = {
             "concurrency": self.concurrency,
             "lease": self.lease,

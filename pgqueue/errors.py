@@ -13,10 +13,12 @@
     │   │   └── UndecodableArgsError  a stored job's args cannot be decoded (the job is discarded)
     │   ├── PayloadTooLargeError
     │   └── InvalidQueueError
+    ├── UnknownQueueError           an operator named a queue no worker serves and no job is in
     └── JobNotFoundError
 
     JobControl (raised by handlers; not errors)
     ├── Retry(after=...)            try again later (counts as an attempt)
+    ├── Snooze(after=...)           run again later; the attempt is given back
     └── Cancel(reason)              stop for good: the job ends as `cancelled`
 """
 
@@ -41,7 +43,9 @@ __all__ = [
     "PgQueueError",
     "Retry",
     "SchemaNotInstalledError",
+    "Snooze",
     "UndecodableArgsError",
+    "UnknownQueueError",
     "UnknownTaskError",
 ]
 
@@ -159,12 +163,34 @@ class InvalidQueueError(EnqueueError):
     """Invalid queue name."""
 
 
+class UnknownQueueError(PgQueueError, LookupError):
+    """No worker has served this queue and no job is in it (add it first)."""
+
+
 class JobNotFoundError(PgQueueError, LookupError):
     """No job with this id."""
 
 
 class JobControl(Exception):  # noqa: N818 - signals, not errors
     """Base of the exceptions a handler raises to steer its job."""
+
+
+#: The longest a handler may put its job off (Retry, Snooze): ten years, in seconds.
+MAX_AFTER = 10 * 365 * 86400
+
+
+def _after_seconds(signal: str, after: float | timedelta) -> float:
+    """``after`` in seconds, or :class:`ConfigError` naming ``signal`` (NaN, infinity,
+    negative, over ten years or not a number)."""
+    try:
+        seconds = after.total_seconds() if isinstance(after, timedelta) else float(after)
+    except (TypeError, ValueError):
+        seconds = float("nan")
+    if isinstance(after, bool) or not 0 <= seconds <= MAX_AFTER:  # also refuses NaN and infinity
+        raise ConfigError(
+            f"{signal}(after=...) must be seconds (or a timedelta) between 0 and ten years, got {after!r}"
+        )
+    return seconds
 
 
 class Retry(JobControl):
@@ -174,12 +200,26 @@ class Retry(JobControl):
     """
 
     def __init__(self, after: float | timedelta = 0.0, reason: str = "retry requested") -> None:
-        seconds = after.total_seconds() if isinstance(after, timedelta) else float(after)
-        if not 0 <= seconds <= 10 * 365 * 86400:  # also refuses NaN and infinity
-            raise ConfigError(f"Retry(after=...) must be between 0 and ten years, got {after!r}")
+        seconds = _after_seconds("Retry", after)
         super().__init__(reason)
         self.after = seconds
         self.reason = reason
+
+
+class Snooze(JobControl):
+    """Put the job off for ``after`` seconds (or a timedelta) without using up an attempt.
+
+    The attempt counted when the job was claimed is given back and the job's ``snoozes``
+    count goes up instead; ``after=0`` makes it available again at once. No error is
+    recorded. A job with a deadline (``expires_at``) that passes while it sleeps is
+    cancelled as expired. Bad values (negative, NaN, over ten years) raise
+    :class:`ConfigError` where the Snooze is made, which fails the attempt like any error.
+    """
+
+    def __init__(self, after: float | timedelta = 0.0) -> None:
+        seconds = _after_seconds("Snooze", after)
+        super().__init__(f"snoozed for {seconds:g}s")
+        self.after = seconds
 
 
 class Cancel(JobControl):

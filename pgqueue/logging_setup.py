@@ -137,6 +137,9 @@ def job_fields(
         "max_attempts": job.max_attempts,
         "state": str(state),
     }
+    if _snoozed(state):
+        fields["snoozed"] = True
+        fields["snoozes"] = job.snoozes + 1
     if seconds is not None:
         fields["duration_ms"] = round(seconds * 1000, 3)
     if error is not None:
@@ -146,6 +149,11 @@ def job_fields(
     if log_args:
         fields["job_args"] = job.args
     return fields
+
+
+def _snoozed(state: JobState) -> bool:
+    """Only a snooze ends an attempt in a waiting state."""
+    return state is JobState.AVAILABLE or state is JobState.SCHEDULED
 
 
 def log_outcome(
@@ -164,8 +172,9 @@ def log_outcome(
         return
     took = "" if seconds is None else f" in {seconds * 1000:.1f}ms"
     detail = "" if error is None else f": {error.get('type')}: {str(error.get('message'))[:200]}"
+    snoozed = _snoozed(state)
     if retry_in is not None:
-        detail += f" (retry in {retry_in:.1f}s)"
+        detail += f" ({'again' if snoozed else 'retry'} in {retry_in:.1f}s)"
     args = f" args={job.args!r}" if log_args else ""
     log.info(
         "job %d %s queue=%s attempt=%d/%d %s%s%s%s",
@@ -174,7 +183,7 @@ def log_outcome(
         job.queue,
         job.attempt,
         job.max_attempts,
-        state,
+        f"snoozed ({job.snoozes + 1} so far, attempt given back)" if snoozed else state,
         took,
         detail,
         args,

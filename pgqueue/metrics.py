@@ -5,14 +5,16 @@ can run in one process (tests) without mixing their series.
 
 * Counters per queue and task: ``pgqueue_jobs_claimed_total``, ``..._completed_total``,
   ``..._failed_total`` (attempts that raised: retried or discarded), ``..._retried_total``,
-  ``..._discarded_total``, ``..._cancelled_total``; ``pgqueue_outcomes_refused_total``
+  ``..._discarded_total``, ``..._cancelled_total``, ``..._snoozed_total`` (attempts put
+  off by ``Snooze``, their attempt given back); ``pgqueue_outcomes_refused_total``
   (outcomes fenced off because the lease had been lost).
 * Histograms: ``pgqueue_job_duration_seconds`` (queue, task) and
   ``pgqueue_job_pickup_latency_seconds`` (queue): time from ``run_at`` to the claim, on
   the database clock.
 * Gauges: ``pgqueue_jobs_in_flight``, ``pgqueue_listener_connected``, and per queue this
   worker serves ``pgqueue_queue_depth`` (label ``state``: available, scheduled, running,
-  retryable) and ``pgqueue_queue_lag_seconds``. The queue gauges come from the
+  retryable), ``pgqueue_queue_lag_seconds``, ``pgqueue_queue_paused`` (1/0) and, for
+  queues with a global limit, ``pgqueue_queue_concurrency_limit``. The queue gauges come from the
   ``queue_stats`` view, queried only when scraped and at most every
   ``refresh_interval`` seconds, so an idle, unscraped worker makes no extra queries.
 """
@@ -59,7 +61,7 @@ class QueueStatsCollector(Collector):
         self.queries = 0  # how many times the view was read (tests check the cache)
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[Any] | None = None
-        self._rows: dict[str, tuple[float, ...]] = {}
+        self._rows: dict[str, tuple[float | None, ...]] = {}
         self._fresh_until = 0.0
 
     def describe(self) -> Iterable[Metric]:
@@ -70,13 +72,16 @@ class QueueStatsCollector(Collector):
             if time.monotonic() >= self._fresh_until:
                 self._refresh()
             rows = dict(self._rows)
-        depth, lag = self._families()
+        depth, lag, paused, limit = self._families()
         for queue in self.queues:
-            row = rows.get(queue, (0.0,) * 5)
+            row = rows.get(queue, (0.0,) * 6 + (None,))
             for state, value in zip(_DEPTH_STATES, row[:4], strict=True):
-                depth.add_metric([queue, state], value)
-            lag.add_metric([queue], row[4])
-        return [depth, lag]
+                depth.add_metric([queue, state], value or 0.0)
+            lag.add_metric([queue], row[4] or 0.0)
+            paused.add_metric([queue], row[5] or 0.0)
+            if row[6] is not None:
+                limit.add_metric([queue], row[6])
+        return [depth, lag, paused, limit]
 
     def close(self) -> None:
         with self._lock:
@@ -84,11 +89,17 @@ class QueueStatsCollector(Collector):
                 self._conn.close()
                 self._conn = None
 
-    def _families(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+    def _families(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
         return (
             GaugeMetricFamily("pgqueue_queue_depth", "Live jobs per queue and state.", labels=["queue", "state"]),
             GaugeMetricFamily(
                 "pgqueue_queue_lag_seconds", "Age of the oldest available job per queue.", labels=["queue"]
+            ),
+            GaugeMetricFamily("pgqueue_queue_paused", "1 while the queue is paused, else 0.", labels=["queue"]),
+            GaugeMetricFamily(
+                "pgqueue_queue_concurrency_limit",
+                "Most jobs of the queue running at once across every worker (queues with a limit only).",
+                labels=["queue"],
             ),
         )
 
@@ -98,7 +109,7 @@ class QueueStatsCollector(Collector):
                 self._conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=5)
             rows = metrics_queue_stats(self._conn, self.schema, self.queues)
             self.queries += 1
-            self._rows = {r[0]: tuple(float(v) for v in r[1:]) for r in rows}
+            self._rows = {r[0]: tuple(None if v is None else float(v) for v in r[1:]) for r in rows}
         except psycopg.Error as exc:
             log.warning("metrics: cannot read queue_stats (%s)", exc)
             if self._conn is not None:
@@ -130,6 +141,9 @@ class WorkerMetrics:
         self.retried = Counter("pgqueue_jobs_retried", "Failed attempts that will be retried.", _LABELS, registry=r)
         self.discarded = Counter("pgqueue_jobs_discarded", "Jobs discarded (dead letter).", _LABELS, registry=r)
         self.cancelled = Counter("pgqueue_jobs_cancelled", "Jobs cancelled.", _LABELS, registry=r)
+        self.snoozed = Counter(
+            "pgqueue_jobs_snoozed", "Attempts that snoozed (put off without using an attempt).", _LABELS, registry=r
+        )
         self.refused = Counter(
             "pgqueue_outcomes_refused", "Outcomes refused because the lease was lost.", _LABELS, registry=r
         )
@@ -172,6 +186,8 @@ class WorkerMetrics:
             self.discarded.labels(*labels).inc()
         elif state is JobState.CANCELLED:
             self.cancelled.labels(*labels).inc()
+        elif state is JobState.AVAILABLE or state is JobState.SCHEDULED:  # a snooze
+            self.snoozed.labels(*labels).inc()
         if seconds is not None:
             self.duration.labels(*labels).observe(seconds)
 

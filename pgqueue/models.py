@@ -44,7 +44,9 @@ class Job:
 
     ``run_at`` is when this attempt was due: a retry moves it. ``scheduled_at`` is the
     time the job was scheduled for when it was enqueued (a cron job: its tick), the same
-    on every attempt.
+    on every attempt. ``snoozes`` counts the handler's snoozes (each gave its attempt
+    back); ``expires_at`` is the deadline by which an attempt must start (None: none);
+    ``concurrency_key`` the job's key for per-key concurrency limits (None: none).
     """
 
     id: int
@@ -59,6 +61,9 @@ class Job:
     created_at: datetime
     pickup_delay: timedelta
     scheduled_at: datetime = _SAME_AS_RUN_AT
+    snoozes: int = 0
+    expires_at: datetime | None = None
+    concurrency_key: str | None = None
 
     def __post_init__(self) -> None:
         if self.scheduled_at is _SAME_AS_RUN_AT:
@@ -121,7 +126,13 @@ CANCEL_FLAG: contextvars.ContextVar[CancelFlag] = contextvars.ContextVar("pgqueu
 
 @dataclass(frozen=True, slots=True)
 class JobSpec:
-    """A job ready to enqueue, built with ``task.job(...)`` for ``App.enqueue_many``."""
+    """A job ready to enqueue, built with ``task.job(...)`` for ``App.enqueue_many``.
+
+    ``expires_in`` (seconds) is a deadline counted from the job's run_at, turned into
+    ``expires_at`` on the database clock. ``unique_key`` alone deduplicates against live
+    jobs; with the unique rules (``unique_period`` seconds, ``unique_states``,
+    ``unique_mode``, set by :class:`pgqueue.Unique`) it is the key of the unique ledger.
+    """
 
     task: str
     args_json: str
@@ -131,12 +142,31 @@ class JobSpec:
     delay: float | None = None
     unique_key: str | None = None
     max_attempts: int | None = None
+    concurrency_key: str | None = None
+    expires_at: datetime | None = None
+    expires_in: float | None = None
+    unique_period: float | None = None
+    unique_states: tuple[str, ...] | None = None
+    unique_mode: str | None = None
+
+    @property
+    def unique_rules(self) -> bool:
+        """Whether the job goes through the unique ledger (not just ``unique_key``)."""
+        return self.unique_mode is not None
 
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """What an attempt ended in, ready to be written (internal: the worker's record)."""
+    """What an attempt ended in, ready to be written (internal: the worker's record).
 
-    state: JobState  # retryable, completed, discarded or cancelled
-    delay: float = 0.0  # seconds before the next attempt (retryable only)
+    ``available`` or ``scheduled`` is a snooze: the job waits ``delay`` seconds (0:
+    available at once) and its attempt is given back.
+    """
+
+    state: JobState  # retryable, completed, discarded, cancelled; available/scheduled: snoozed
+    delay: float = 0.0  # seconds before the next attempt (retryable and snoozed only)
     error: Mapping[str, Any] | None = None
+
+    @property
+    def snoozed(self) -> bool:
+        return self.state is JobState.AVAILABLE or self.state is JobState.SCHEDULED

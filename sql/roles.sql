@@ -155,8 +155,9 @@ ALTER FUNCTION {schema}.drop_partition(text) OWNER TO {owner};
 
 -- enqueue() runs as the owner, so producers need no access to the table for it. Its
 -- search_path is already pinned to pg_catalog, pg_temp. (A later migration that
--- re-creates it resets this: hence "run this after every migrate".)
-ALTER FUNCTION {schema}.enqueue(text, jsonb, text, integer, timestamptz, text, integer) SECURITY DEFINER;
+-- re-creates it resets this: hence "run this after every migrate".) It is named without
+-- its argument types, which schema versions change: there is one enqueue().
+ALTER FUNCTION {schema}.enqueue SECURITY DEFINER;
 
 -- -- privileges: reset, then grant ----------------------------------------------------------
 
@@ -168,8 +169,9 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA {schema} FROM PUBLIC, {producer}, {worker}
 GRANT USAGE ON SCHEMA {schema} TO {producer}, {worker}, {inspector};
 
 -- producer
-GRANT EXECUTE ON FUNCTION {schema}.enqueue(text, jsonb, text, integer, timestamptz, text, integer) TO {producer};
-GRANT INSERT (task, args, queue, priority, run_at, scheduled_at, max_attempts, state) ON {schema}.jobs_live TO {producer};
+GRANT EXECUTE ON FUNCTION {schema}.enqueue TO {producer};
+GRANT INSERT (task, args, queue, priority, run_at, scheduled_at, max_attempts, concurrency_key, expires_at, state)
+    ON {schema}.jobs_live TO {producer};
 GRANT SELECT (id, state, queue) ON {schema}.jobs_live TO {producer};
 GRANT USAGE ON SEQUENCE {schema}.jobs_id_seq TO {producer};
 
@@ -196,6 +198,20 @@ BEGIN
         EXECUTE format('GRANT INSERT, DELETE ON %I.cron_ticks TO %I', {schema_name}, {worker_name});
         EXECUTE format('GRANT INSERT ON %I.jobs_live TO %I', {schema_name}, {worker_name});
         EXECUTE format('GRANT USAGE ON SEQUENCE %I.jobs_id_seq TO %I', {schema_name}, {worker_name});
+    END IF;
+    -- Flow control: workers record the queues they serve and claim through the limited
+    -- claim, which keeps the rate windows. Pausing and limiting is the owner's.
+    IF to_regclass(format('%I.queues', {schema_name})) IS NOT NULL THEN
+        EXECUTE format('GRANT INSERT ON %I.queues TO %I', {schema_name}, {worker_name});
+        EXECUTE format('GRANT INSERT, DELETE ON %I.rate_starts TO %I', {schema_name}, {worker_name});
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %I.claim_lock(text[], text[], text) TO %I',
+                       {schema_name}, {worker_name});
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %I.claim_pick(text[], integer[], text[], integer, text[]) TO %I',
+                       {schema_name}, {worker_name});
+    END IF;
+    -- Unique jobs: retention removes ledger rows that hold nothing any more.
+    IF to_regclass(format('%I.unique_keys', {schema_name})) IS NOT NULL THEN
+        EXECUTE format('GRANT DELETE ON %I.unique_keys TO %I', {schema_name}, {worker_name});
     END IF;
 END
 $optional$;

@@ -137,14 +137,17 @@ def _drain(pipeline: psycopg.Pipeline, pending: int) -> None:
 
 
 def status_rows(conn: Conn, schema: str, *, failures_limit: int, retention: bool) -> StatusRows:
-    """Rows of ``queues``, ``workers``, ``failures``, ``health``, (``retention``) and
-    ``clock``, read in one pipelined round trip; the clock is read last."""
+    """Rows of ``queues``, ``workers``, ``failures``, ``health``, ``controls``,
+    ``task_controls``, (``retention``) and ``clock``, read in one pipelined round trip;
+    the clock is read last."""
     q = queries_for(schema)
     queries: list[tuple[str, bytes, dict[str, Any] | None]] = [
         ("queues", q["status_queues"], None),
         ("workers", q["status_workers"], None),
         ("failures", q["status_failures"], {"n": failures_limit}),
         ("health", q["status_health"], None),
+        ("controls", q["status_controls"], None),
+        ("task_controls", q["status_task_controls"], None),
     ]
     if retention:
         queries.append(("retention", q["status_retention"], None))

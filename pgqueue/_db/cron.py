@@ -45,6 +45,10 @@ class Schedule(Protocol):
     def max_catchup(self) -> int: ...
     @property
     def grace(self) -> float: ...
+    @property
+    def concurrency_key(self) -> str | None: ...
+    @property
+    def expires_in(self) -> float | None: ...
     def unique_key(self, tick: datetime) -> str: ...
 
 
@@ -134,6 +138,8 @@ class CronDB:
                 "priorities": [s.priority for s, _ in ticks],
                 "args": [s.args_json for s, _ in ticks],
                 "unique_keys": [s.unique_key(t) for s, t in ticks],
+                "concurrency_keys": [s.concurrency_key for s, _ in ticks],
+                "expires_in": [s.expires_in for s, _ in ticks],
                 "cursor_names": [n for n, _ in cursors],
                 "cursor_ticks": [t for _, t in cursors],
                 "worker_id": worker_id,

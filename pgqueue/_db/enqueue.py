@@ -38,11 +38,17 @@ def params(spec: JobSpec) -> dict[str, Any]:
         "delay": spec.delay or 0.0,
         "unique_key": spec.unique_key,
         "max_attempts": spec.max_attempts,
+        "concurrency_key": spec.concurrency_key,
+        "expires_at": spec.expires_at,
+        "expires_in": spec.expires_in,
+        "unique_period": spec.unique_period,
+        "unique_states": None if spec.unique_states is None else list(spec.unique_states),
+        "unique_mode": spec.unique_mode,
     }
 
 
 def _query(schema: str, spec: JobSpec) -> bytes:
-    # Keyed jobs need the function's race-safe lookup of the live holder; the rest take
+    # Keyed jobs need the function's race-safe lookup of the key's holder; the rest take
     # a plain INSERT (same rules, no PL/pgSQL).
     return queries_for(schema)["job_enqueue" if spec.unique_key is not None else "job_insert"]
 
@@ -118,7 +124,19 @@ class _Batch:
                 self.wake.add(spec.queue)
             state = "available" if due else "scheduled"
             at = self._timestamp(run_at)
-            yield (spec.task, spec.args_json, spec.queue, spec.priority, at, at, state, spec.max_attempts)
+            expires_at = spec.expires_at
+            if spec.expires_in is not None:
+                expires_at = run_at + timedelta(seconds=spec.expires_in)
+            yield (
+                spec.task, spec.args_json, spec.queue, spec.priority, at, at, state, spec.max_attempts,
+                spec.concurrency_key, expires_at,
+            )  # fmt: skip
+
+    def keyed_params(self) -> list[dict[str, Any]]:
+        """The keyed jobs' parameters in key order (stable: a key's jobs keep their order),
+        so that two transactions enqueueing the same keys take them in the same order and
+        cannot deadlock."""
+        return [params(s) for s in sorted(self.keyed, key=lambda s: s.unique_key or "")]
 
     def translate(self, exc: psycopg.Error, conn: AnyConn, schema: str) -> Exception:
         """:func:`enqueue_error`, naming the row the database refused when it says which."""
@@ -149,7 +167,7 @@ def enqueue_many(conn: psycopg.Connection[Any], schema: str, specs: Iterable[Job
                 copy.write_row(row)
         with conn.cursor() as cur:
             if batch.keyed:
-                cur.executemany(q["job_enqueue"], [params(s) for s in batch.keyed])
+                cur.executemany(q["job_enqueue"], batch.keyed_params())
             if batch.wake:
                 cur.execute(q["queue_notify"], {"queues": sorted(batch.wake)})
     except psycopg.Error as exc:
@@ -182,7 +200,7 @@ async def enqueue_many_async(
                     await copy.write_row(row)
         async with conn.cursor() as acur:
             if batch.keyed:
-                await acur.executemany(q["job_enqueue"], [params(s) for s in batch.keyed])
+                await acur.executemany(q["job_enqueue"], batch.keyed_params())
             if batch.wake:
                 await acur.execute(q["queue_notify"], {"queues": sorted(batch.wake)})
     except psycopg.Error as exc:

@@ -22,7 +22,14 @@ import psycopg
 from psycopg import errors as pgerrors
 
 from .._dsn import migrate_hint
-from ..errors import ConfigError, EnqueueError, InvalidQueueError, PayloadTooLargeError, SchemaNotInstalledError
+from ..errors import (
+    ConfigError,
+    EnqueueError,
+    InvalidQueueError,
+    PayloadTooLargeError,
+    SchemaNotInstalledError,
+    UnknownQueueError,
+)
 from ..models import RUN_AT_MAX, RUN_AT_MIN
 from .conn import AnyConn
 
@@ -77,6 +84,7 @@ def translated(
     partition: bool = False,
     lock: bool = False,
     privilege: bool = False,
+    flow: bool = False,
 ) -> Iterator[None]:
     """Translate what the statements inside raise (sync or async code alike), each rule
     where its caller wants it:
@@ -85,7 +93,9 @@ def translated(
       (``conn`` names the database in the hint);
     * ``partition``: a row that fits no partition -> :class:`PartitionMissingError`;
     * ``lock``: ``lock_timeout`` expired -> :class:`LockBusyError`;
-    * ``privilege``: insufficient privilege -> :class:`NotPermittedError`.
+    * ``privilege``: insufficient privilege -> :class:`NotPermittedError`;
+    * ``flow``: the flow-control functions' refusals -> :class:`UnknownQueueError` (an
+      unknown queue) and :class:`ConfigError` (a bad name, limit or period).
     """
     try:
         yield
@@ -105,6 +115,20 @@ def translated(
         if not privilege:
             raise
         raise NotPermittedError(exc.diag.message_primary) from exc
+    except pgerrors.UndefinedObject as exc:
+        if not flow:
+            raise
+        raise UnknownQueueError(_with_hint(exc)) from None
+    except pgerrors.InvalidParameterValue as exc:
+        if not flow:
+            raise
+        raise ConfigError(_with_hint(exc)) from None
+
+
+def _with_hint(exc: psycopg.Error) -> str:
+    """The database's message without its "pgqueue: " prefix, and its hint."""
+    text = (exc.diag.message_primary or str(exc)).removeprefix("pgqueue: ")
+    return f"{text} ({exc.diag.message_hint})" if exc.diag.message_hint else text
 
 
 def enqueue_error(exc: psycopg.Error, conn: AnyConn, schema: str) -> Exception:

@@ -21,7 +21,9 @@ from .sql import lock_name, queries_for
 
 __all__ = [
     "HEAD",
+    "ClaimHint",
     "ClaimKey",
+    "FlowSettings",
     "JobsDB",
     "LiveStats",
     "TickResult",
@@ -38,12 +40,39 @@ HEAD: ClaimKey = (-(2**31), datetime(1, 1, 1, tzinfo=UTC), 0)
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimHint:
+    """What a limited claim learnt about one queue besides the jobs it took."""
+
+    queue: str
+    #: Seconds until a full rate window frees a start (None: not held back by a rate).
+    wait: float | None
+    #: Available jobs wait that the queue's limits hold back now.
+    blocked: bool
+    #: The last concurrency key visited: the next claim of this process starts after it.
+    key_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class FlowSettings:
+    """Which of a worker's queues are controlled (paused or limited) and which of its
+    tasks have a concurrency limit: the scopes its claims must lock."""
+
+    controlled_queues: frozenset[str]
+    limited_tasks: frozenset[str]
+
+    @property
+    def any(self) -> bool:
+        return bool(self.controlled_queues or self.limited_tasks)
+
+
+@dataclass(frozen=True, slots=True)
 class TickResult:
     leader: bool
     promoted: int
     rescued: int
     discarded: int
     now: datetime  # the database clock at the tick
+    expired: int = 0  # waiting jobs cancelled because their deadline passed
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,9 +101,14 @@ def outcome_params(items: Sequence[tuple[int, uuid.UUID, Outcome]]) -> dict[str,
     return {"outcomes": json.dumps(rows, default=str)}
 
 
-def cursor_params(queues: Sequence[str], after: Mapping[str, ClaimKey] | None = None) -> dict[str, Any]:
+def cursor_params(
+    queues: Sequence[str],
+    after: Mapping[str, ClaimKey] | None = None,
+    queue_limits: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
     """Queue and cursor parameters of ``job_claim_one_queue`` (one queue) or
-    ``job_claim_many_queues``; queues without a cursor are scanned from the head."""
+    ``job_claim_many_queues``; queues without a cursor are scanned from the head, and
+    queues missing from ``queue_limits`` are capped only by the claim's limit."""
     keys = [(after or {}).get(q, HEAD) for q in queues]
     if len(queues) == 1:
         return {
@@ -85,6 +119,7 @@ def cursor_params(queues: Sequence[str], after: Mapping[str, ClaimKey] | None = 
         }
     return {
         "queues": list(queues),
+        "queue_limits": [(queue_limits or {}).get(q) for q in queues],
         "after_priority": [k[0] for k in keys],
         "after_run_at": [k[1] for k in keys],
         "after_id": [k[2] for k in keys],
@@ -107,11 +142,15 @@ class JobsDB:
         worker_id: str,
         outcomes: Sequence[tuple[int, uuid.UUID, Outcome]] = (),
         after: Mapping[str, ClaimKey] | None = None,
+        queue_limits: Mapping[str, int] | None = None,
     ) -> tuple[list[Job], set[int]]:
         """Claim up to ``limit`` jobs; returns them with the ids of ``outcomes`` written.
 
         ``after`` gives, per queue, the claim-order key to resume scanning after (see
         ``_claim_cursor``); queues missing from it are scanned from the head.
+        ``queue_limits`` caps the jobs of single queues (this process's free slots for
+        them; a single queue's cap is already in ``limit``). Controlled queues and limited
+        tasks are skipped: :meth:`claim_limited` claims them.
 
         Buffered ``outcomes`` ride along in the same pipeline: one round trip and one
         commit for both (a failure of either rolls back both, and both are retried).
@@ -126,13 +165,82 @@ class JobsDB:
             "lease": lease,
             "worker_id": worker_id,
         }
-        params.update(cursor_params(queues, after))
+        params.update(cursor_params(queues, after, queue_limits))
         query = self.q["job_claim_one_queue" if len(queues) == 1 else "job_claim_many_queues"]
         if not outcomes:
             cur = await conn.execute(query, params)
             return [Job(*row) for row in await cur.fetchall()], set()
         with translated(conn, self.schema, missing_schema=False, partition=True):
             return await self._claim_and_record(conn, query, params, outcomes)
+
+    async def claim_limited(
+        self,
+        conn: AConn,
+        *,
+        queues: Sequence[str],
+        queue_limits: Mapping[str, int],
+        task_limits: Mapping[str, int],
+        limit: int,
+        lease: float,
+        worker_id: str,
+        key_cursors: Mapping[str, str | None],
+        outcomes: Sequence[tuple[int, uuid.UUID, Outcome]] = (),
+    ) -> tuple[list[Job], list[ClaimHint], set[int]]:
+        """Claim up to ``limit`` jobs of ``queues`` (at most ``queue_limits[q]`` of each)
+        that every flow control allows: pause, global queue and task concurrency, per-key
+        concurrency and FIFO, rates. One round trip: the buffered ``outcomes``, the locks
+        of the controlled scopes and the claim, in one transaction.
+
+        Returns the jobs, one :class:`ClaimHint` per queue looked at, and the ids of
+        ``outcomes`` written.
+
+        Raises:
+            PartitionMissingError: an outcome's finished-job partition does not exist.
+        """
+        tasks = list(task_limits)
+        lock = {"queues": list(queues), "tasks": tasks, "lock_prefix": lock_name("limit", self.schema) + ":"}
+        params: dict[str, Any] = {
+            "queues": list(queues),
+            "queue_limits": [queue_limits.get(q) for q in queues],
+            "tasks": tasks,
+            "task_max_attempts": list(task_limits.values()),
+            "limit": limit,
+            "lease": lease,
+            "worker_id": worker_id,
+            "key_cursors": [key_cursors.get(q) for q in queues],
+        }
+        with translated(conn, self.schema, missing_schema=False, partition=True):
+            async with conn.pipeline() as pipeline:
+                written_cur = conn.cursor()
+                lock_cur = conn.cursor()
+                claim_cur = conn.cursor()
+                hints_cur = conn.cursor()
+                if outcomes:
+                    await written_cur.execute(self.q["job_record_outcomes"], outcome_params(outcomes))
+                await lock_cur.execute(self.q["job_claim_lock"], lock)
+                await claim_cur.execute(self.q["job_claim_limited"], params)
+                await hints_cur.execute(self.q["job_claim_hints"])
+                await pipeline.sync()
+                written = {row[0] for row in await written_cur.fetchall()} if outcomes else set()
+                jobs = [Job(*row) for row in await claim_cur.fetchall()]
+                hints_row = await hints_cur.fetchone()
+        hints = [
+            ClaimHint(h["queue"], h["wait"], bool(h["blocked"]), h["key_cursor"])
+            for h in json.loads(hints_row[0] if hints_row and hints_row[0] else "[]")
+        ]
+        return jobs, hints, written
+
+    async def flow_settings(self, conn: AConn, queues: Sequence[str], tasks: Sequence[str]) -> FlowSettings:
+        """Which of ``queues`` are controlled and which of ``tasks`` are limited now."""
+        cur = await conn.execute(self.q["flow_settings"], {"queues": list(queues), "tasks": list(tasks)})
+        rows = await cur.fetchall()
+        return FlowSettings(
+            frozenset(name for kind, name in rows if kind == "q"), frozenset(name for kind, name in rows if kind == "t")
+        )
+
+    async def add_queues(self, conn: AConn, queues: Sequence[str]) -> None:
+        """Record the queues this worker serves (known to operators from now on)."""
+        await conn.execute(self.q["queue_add_many"], {"queues": list(queues)})
 
     async def _claim_and_record(
         self, conn: AConn, query: bytes, params: dict[str, Any], outcomes: Sequence[tuple[int, uuid.UUID, Outcome]]
@@ -209,8 +317,8 @@ class JobsDB:
         default_max_attempts: int,
         since: datetime | None = None,
     ) -> TickResult:
-        """One scheduler + rescuer pass if this process wins the lock; only timers at or
-        after ``since`` are looked at (None: all of them)."""
+        """One scheduler + rescuer + expiry pass if this process wins the lock; only timers
+        and deadlines at or after ``since`` are looked at (None: all of them)."""
         cur = await conn.execute(
             self.q["maintenance_tick"],
             {
@@ -223,7 +331,7 @@ class JobsDB:
             },
         )
         row = expect_row(await cur.fetchone(), "maintenance_tick")
-        return TickResult(bool(row[0]), int(row[1]), int(row[2]), int(row[3]), row[5])
+        return TickResult(bool(row[0]), int(row[1]), int(row[2]), int(row[3]), row[5], int(row[6]))
 
     async def live_stats(self, conn: AConn) -> LiveStats:
         """Dead/live row counts of the live partition, whether this role may VACUUM it, and

@@ -49,6 +49,7 @@ __all__ = [
     "set_payload_limit",
     "set_role",
     "settings_put",
+    "unique_keys_prune",
     "utc_day",
 ]
 
@@ -211,6 +212,19 @@ def registry_cleanup(conn: Conn, schema: str, grace: float) -> int:
     """Remove registrations that expired more than ``grace`` seconds ago; returns how many."""
     row = conn.execute(queries_for(schema)["registry_cleanup"], {"grace": grace}).fetchone()
     return int(row[0]) if row else 0
+
+
+def unique_keys_prune(
+    conn: Conn, schema: str, *, after: str, batch: int, kept_since: datetime | None
+) -> tuple[int, str | None]:
+    """Prune the next ``batch`` unique-ledger rows in key order after ``after`` of those
+    that hold nothing any more (one statement); ``kept_since``: the oldest finished_at
+    retention still keeps (None: do not look for holders retention removed). Returns how
+    many went and the last key looked at (None: no rows left)."""
+    row = conn.execute(
+        queries_for(schema)["unique_keys_prune"], {"after": after, "batch": batch, "kept_since": kept_since}
+    ).fetchone()
+    return (0, None) if row is None else (int(row[0]), row[1])
 
 
 def brin_recent_indexes(conn: Conn, schema: str) -> list[str]:

@@ -57,7 +57,7 @@ def channel_name(schema: str) -> str:
 
 
 #: What an advisory lock serialises; each has its own key per schema.
-LockPurpose = Literal["migrate", "partitions", "maintenance", "vacuum", "cron"]
+LockPurpose = Literal["migrate", "partitions", "maintenance", "vacuum", "cron", "limit"]
 
 
 def lock_name(purpose: LockPurpose, schema: str) -> str:
@@ -65,8 +65,10 @@ def lock_name(purpose: LockPurpose, schema: str) -> str:
 
     The names are ``pgqueue.migrate:<schema>`` (migrations), ``pgqueue.partitions:<schema>``
     (creating and dropping day partitions), ``pgqueue.maintenance:<schema>`` (the tick),
-    ``pgqueue.vacuum:<schema>`` (vacuuming the live partition) and ``pgqueue.cron:<schema>``
-    (materialising cron ticks).
+    ``pgqueue.vacuum:<schema>`` (vacuuming the live partition), ``pgqueue.cron:<schema>``
+    (materialising cron ticks) and ``pgqueue.limit:<schema>`` (a prefix: the limited claim
+    locks ``pgqueue.limit:<schema>:q:<queue>`` and ``...:t:<task>`` for each controlled
+    scope it may start jobs of).
     """
     return f"pgqueue.{purpose}:{validate_schema(schema)}"
 

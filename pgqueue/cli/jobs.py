@@ -105,7 +105,8 @@ def list_cmd(
             _state_text(j.state.value),
             escape(j.queue),
             escape(j.task),
-            f"{j.attempt}/{j.max_attempts if j.max_attempts is not None else '-'}",
+            f"{j.attempt}/{j.max_attempts if j.max_attempts is not None else '-'}"
+            + (f" ({j.snoozes} snooze{'s' if j.snoozes != 1 else ''})" if j.snoozes else ""),
             ago(j.created_at, now),
             when,
             Text(_clip(j.last_error or "", 80), style="red"),
@@ -134,6 +135,7 @@ def show_cmd(job_id: JobIdArg, as_json: JsonOpt = False, dsn: DsnOpt = None, sch
         ("task", escape(job.task)),
         ("priority", str(job.priority)),
         ("attempts", f"{job.attempt} of {job.max_attempts if job.max_attempts is not None else '(task default)'}"),
+        ("snoozes", f"{job.snoozes} (attempts given back)" if job.snoozes else "0"),
         ("created", f"{job.created_at.isoformat()} ({ago(job.created_at, now)})"),
         ("run at", f"{job.run_at.isoformat()} ({ago(job.run_at, now)})"),
         ("scheduled for", f"{job.scheduled_at.isoformat()} ({ago(job.scheduled_at, now)})"),
@@ -148,8 +150,14 @@ def show_cmd(job_id: JobIdArg, as_json: JsonOpt = False, dsn: DsnOpt = None, sch
         rows.append(("cancel asked", f"{job.cancel_requested_at.isoformat()} ({ago(job.cancel_requested_at, now)})"))
     if job.worker_id:
         rows.append(("worker", escape(job.worker_id)))
+    if job.expires_at:
+        rows.append(("expires at", f"{job.expires_at.isoformat()} ({ago(job.expires_at, now)})"))
+    if job.concurrency_key:
+        rows.append(("concurrency key", escape(job.concurrency_key)))
     if job.unique_key:
         rows.append(("unique key", escape(job.unique_key)))
+    if job.dedupe_key:
+        rows.append(("unique key", f"{escape(job.dedupe_key)} (unique rules)"))
     for key, value in rows:
         grid.add_row(key, value)
     console.print(Panel(grid, title=f"job {job.id}", title_align="left", expand=False))

@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ..errors import ConfigError
 from .common import DsnOpt, SchemaOpt, app, connect, console, database, fail, guard, settings
 
 __all__ = ["app", "main"]
@@ -99,7 +100,17 @@ def work(
         str | None, typer.Option("--schema", envvar="PGQUEUE_SCHEMA", help="Override the App's schema.")
     ] = None,
     queues: Annotated[str | None, typer.Option(help="Comma-separated queues (default: the tasks' queues).")] = None,
-    concurrency: Annotated[int | None, typer.Option(min=1, help="Jobs run at once per process.")] = None,
+    queue: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--queue",
+            metavar="NAME[=N]",
+            help="Serve this queue (repeatable); NAME=N gives it N slots of its own in each process.",
+        ),
+    ] = None,
+    concurrency: Annotated[
+        int | None, typer.Option(min=1, help="Jobs run at once per process (queues without their own slots).")
+    ] = None,
     processes: Annotated[int, typer.Option(min=1, help="Worker processes, one event loop each.")] = 1,
     shutdown_timeout: Annotated[float | None, typer.Option(help="Seconds in-flight jobs get on SIGTERM.")] = None,
     lease: Annotated[float | None, typer.Option(help="Lease per claimed job, seconds.")] = None,
@@ -139,6 +150,7 @@ def work(
     retention = guard(
         lambda: {s: None if v is None else parse_retention(v, option=f"--retention-{s}") for s, v in given.items()}
     )
+    served, own_slots = guard(lambda: parse_queue_options(queues, queue or []))
     configure_logging(level, log_format)
     if processes > 1:
         os.environ["PGQUEUE_LOG_FORMAT"] = log_format  # the worker processes (spawned) follow it
@@ -146,7 +158,8 @@ def work(
     def go() -> int:
         # Only the options given replace the App's worker_config (None: not given).
         given: dict[str, Any] = {
-            "queues": tuple(q.strip() for q in queues.split(",") if q.strip()) if queues else None,
+            "queues": served,
+            "queue_concurrency": own_slots,
             "concurrency": concurrency,
             "lease": lease,
             "heartbeat_interval": heartbeat_interval,
@@ -169,6 +182,28 @@ def work(
     raise typer.Exit(guard(go))
 
 
+def parse_queue_options(queues: str | None, queue: list[str]) -> tuple[tuple[str, ...] | None, dict[str, int] | None]:
+    """The queues to serve and their own slots, from ``--queues a,b`` and ``--queue a=5``.
+
+    Raises:
+        ConfigError: a malformed ``--queue`` or a queue named twice with different slots.
+    """
+    served = [q.strip() for q in queues.split(",") if q.strip()] if queues else []
+    own: dict[str, int] = {}
+    for item in queue:
+        name, sep, count = item.partition("=")
+        name = name.strip()
+        if not name or (sep and not count.strip().isdigit()) or (sep and int(count) < 1):
+            raise ConfigError(f"--queue {item!r}: use NAME or NAME=N with N a positive integer, e.g. --queue images=5")
+        if sep:
+            if own.get(name, int(count)) != int(count):
+                raise ConfigError(f"--queue gives {name!r} two different numbers of slots")
+            own[name] = int(count)
+        if name not in served:
+            served.append(name)
+    return (tuple(served) if served else None), (own if own else None)
+
+
 @app.command()
 def enqueue(
     task: Annotated[str, typer.Argument(help="Task name (need not be registered here).")],
@@ -178,12 +213,37 @@ def enqueue(
     delay: Annotated[float, typer.Option(help="Seconds to wait before it may run.")] = 0.0,
     unique_key: Annotated[str | None, typer.Option(help="Deduplicate against live jobs.")] = None,
     max_attempts: Annotated[int | None, typer.Option(help="Override the task's max_attempts.")] = None,
+    concurrency_key: Annotated[
+        str | None, typer.Option(help="The job's key for per-key concurrency limits (1-200 characters).")
+    ] = None,
+    expires_in: Annotated[
+        str | None,
+        typer.Option(
+            help="Deadline after the job's run_at: a duration (90s, 15m, 1d12h); not started by then, it is cancelled."
+        ),
+    ] = None,
+    unique_period: Annotated[
+        str | None,
+        typer.Option(help="Unique rules: the key is held this long (a duration) after a job takes it."),
+    ] = None,
+    unique_states: Annotated[
+        str | None, typer.Option(help="Unique rules: comma-separated states in which a job holds its key.")
+    ] = None,
+    unique_mode: Annotated[
+        str | None, typer.Option(help="Unique rules: keep, replace or debounce (what a held key does).")
+    ] = None,
     dsn: DsnOpt = None,
     schema: SchemaOpt = "pgqueue",
 ) -> None:
-    """Enqueue one job and print its id."""
+    """Enqueue one job and print its id.
+
+    With any --unique-* option the job is unique under those rules, keyed by --unique-key
+    or else by the task and its arguments.
+    """
     from .._db.sql import validate_schema
+    from .._duration import parse_duration
     from ..ops import enqueue_job, make_job
+    from ..unique import Unique
 
     try:
         parsed = json.loads(args)
@@ -193,6 +253,13 @@ def enqueue(
         raise fail("--args must be a JSON object, like '{\"user_id\": 42}'")
 
     def go() -> int:
+        unique = None
+        if unique_period is not None or unique_states is not None or unique_mode is not None:
+            unique = Unique(
+                period=None if unique_period is None else parse_duration(unique_period, option="--unique-period"),
+                states=None if unique_states is None else [s.strip() for s in unique_states.split(",") if s.strip()],
+                mode=unique_mode or "keep",  # type: ignore[arg-type]  # Unique checks it
+            )
         job = make_job(
             task,
             parsed,
@@ -201,6 +268,9 @@ def enqueue(
             delay=delay or None,
             unique_key=unique_key,
             max_attempts=max_attempts,
+            concurrency_key=concurrency_key,
+            expires_in=None if expires_in is None else parse_duration(expires_in, option="--expires-in"),
+            unique=unique,
         )
         validate_schema(schema)
         with connect(dsn) as conn:  # nothing is sent before the job is known to be valid
@@ -227,6 +297,7 @@ from . import status as _status  # noqa: E402,F401  (registers `pgqueue jobs ...
 from . import top as _top  # noqa: E402,F401
 from .cron import cron_app as _cron_app  # noqa: E402,F401  (registers `pgqueue cron ...`)
 from .embedded import embedded_app as _embedded_app  # noqa: E402,F401  (registers `pgqueue embedded ...`)
+from .queues import queues_app as _queues_app  # noqa: E402,F401  (registers `pgqueue queues ...`, `tasks ...`)
 
 
 def main() -> None:

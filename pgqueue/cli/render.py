@@ -17,7 +17,7 @@ from rich.padding import Padding
 from rich.table import Column, Table
 from rich.text import Text
 
-__all__ = ["fit_table"]
+__all__ = ["fit_table", "period_text", "rate_text"]
 
 #: The narrowest a column is made (unless its content is narrower), in cells.
 MIN_WIDTH = 4
@@ -130,3 +130,27 @@ def _plain(value: RenderableType) -> str | None:
 
 def _styled(value: RenderableType, style: str) -> RenderableType:
     return Text.from_markup(value, style=style) if isinstance(value, str) else value
+
+
+def period_text(value: float) -> str:
+    """A rate's period, short: 500ms, 1s, 1m, 1m30s, 1h, 1d."""
+    if value < 1:
+        return f"{value * 1000:g}ms"
+    parts = []
+    rest = round(value, 3)
+    for unit, size in (("d", 86_400), ("h", 3600), ("m", 60)):
+        if rest >= size:
+            parts.append(f"{int(rest // size)}{unit}")
+            rest -= int(rest // size) * size
+    if rest:
+        parts.append(f"{rest:g}s")
+    return "".join(parts)
+
+
+def rate_text(limit: int | None, period: float | None, used: int | None = None) -> str:
+    """``100/1m`` (at most 100 starts in any minute), ``7 of 100/1m`` with the starts in
+    the current window, ``-`` without a rate."""
+    if limit is None or period is None:
+        return "-"
+    text = f"{limit}/{period_text(period)}"
+    return text if used is None else f"{used} of {text}"

@@ -16,9 +16,9 @@ from rich.text import Text
 from .. import ops
 from .common import DsnOpt, SchemaOpt, app, connect, console, guard
 from .jobs import ago, print_json, seconds
-from .render import fit_table
+from .render import fit_table, rate_text
 
-__all__ = ["failures_table", "queues_table", "render_status", "workers_table"]
+__all__ = ["controls_table", "failures_table", "queues_table", "render_status", "workers_table"]
 
 
 def _bytes(n: float | None) -> str:
@@ -64,12 +64,16 @@ def queues_table(snap: ops.StatusSnapshot, *, wide: bool = True) -> Table:
     t.add_column("done 1m/5m/15m" if wide else "done 1m", justify="right")
     t.add_column("dead 1m/5m/15m" if wide else "dead 1m", justify="right")
     t.add_column("fail 5m", justify="right")
+    paused = {c.queue for c in snap.controls if c.paused}
     for q in snap.queues:
         done = f"{q.completed_1m:,}/{q.completed_5m:,}/{q.completed_15m:,}" if wide else f"{q.completed_1m:,}"
         dead = f"{q.discarded_1m:,}/{q.discarded_5m:,}/{q.discarded_15m:,}" if wide else f"{q.discarded_1m:,}"
         lag = q.lag_seconds or 0.0
+        label = Text(q.queue)
+        if q.queue in paused:
+            label.append(" paused", style="bold yellow")
         t.add_row(
-            escape(q.queue),
+            label,
             f"{q.available:,}",
             f"{q.scheduled:,}",
             f"{q.running:,}",
@@ -81,6 +85,25 @@ def queues_table(snap: ops.StatusSnapshot, *, wide: bool = True) -> Table:
         )
     if not snap.queues:
         t.add_row(Text("no live jobs and nothing finished in the last 15 minutes", style="dim"))
+    return t
+
+
+def controls_table(snap: ops.StatusSnapshot) -> Table:
+    """Paused and limited queues and task limits, with what each limit counts now."""
+    t = Table(title="flow control", title_justify="left", box=box.SIMPLE_HEAD)
+    for name in ("queue / task", "state", "running/limit", "per key", "starts/rate", "key rate"):
+        t.add_column(name, no_wrap=True)
+    for c in snap.controls:
+        t.add_row(
+            escape(c.queue),
+            Text("paused", style="bold yellow") if c.paused else Text("running", style="green"),
+            f"{c.running}/{c.concurrency if c.concurrency is not None else '-'}",
+            (str(c.key_concurrency) if c.key_concurrency is not None else "-") + (" fifo" if c.key_fifo else ""),
+            rate_text(c.rate_limit, c.rate_period_seconds, c.starts_in_window),
+            rate_text(c.key_rate_limit, c.key_rate_period_seconds),
+        )
+    for task in snap.task_controls:
+        t.add_row(Text(f"task {task.task}"), "", f"{task.running}/{task.concurrency}", "", "", "")
     return t
 
 
@@ -172,7 +195,10 @@ def retention_table(snap: ops.StatusSnapshot) -> Table:
 
 def render_status(snap: ops.StatusSnapshot, schema: str) -> Group:
     head = Text(f"pgqueue status · schema {schema} · {snap.at.isoformat(timespec='seconds')}", style="bold")
-    parts: list[RenderableType] = [head, fit_table(queues_table(snap)), fit_table(workers_table(snap))]
+    parts: list[RenderableType] = [head, fit_table(queues_table(snap))]
+    if snap.controls or snap.task_controls:
+        parts.append(fit_table(controls_table(snap)))
+    parts.append(fit_table(workers_table(snap)))
     parts += [fit_table(failures_table(snap)), health_table(snap), fit_table(retention_table(snap))]
     return Group(*parts)
 

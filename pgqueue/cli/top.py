@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Annotated
 
 import typer
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.live import Live
 from rich.text import Text
 
@@ -19,7 +19,7 @@ from .. import ops
 from .._db.admin import set_application_name
 from .common import DsnOpt, SchemaOpt, app, connect, console, guard
 from .render import fit_table
-from .status import failures_table, queues_table, workers_table
+from .status import controls_table, failures_table, queues_table, workers_table
 
 __all__ = ["Throughput", "render_top", "sparkline"]
 
@@ -81,14 +81,11 @@ def render_top(snap: ops.StatusSnapshot, tp: Throughput, schema: str, interval: 
         spark.append(f" · {sum(q.completed_1m for q in snap.queues):,} completed in the last minute")
     else:
         spark.append("(needs two refreshes)", style="dim")
-    return Group(
-        head,
-        summary,
-        spark,
-        fit_table(queues_table(snap, wide=False)),
-        fit_table(workers_table(snap, alive_only=True)),
-        fit_table(failures_table(snap, limit=5)),
-    )
+    parts: list[RenderableType] = [head, summary, spark, fit_table(queues_table(snap, wide=False))]
+    if snap.controls or snap.task_controls:
+        parts.append(fit_table(controls_table(snap)))
+    parts += [fit_table(workers_table(snap, alive_only=True)), fit_table(failures_table(snap, limit=5))]
+    return Group(*parts)
 
 
 @app.command()

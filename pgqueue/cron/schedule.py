@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, get_args
 
 from .. import _enqueue
 from ..config import DEFAULT_QUEUE, validate_queue
-from ..errors import ConfigError
+from ..errors import ConfigError, InvalidArgumentsError
 from ..task import TaskDef
 from .ticks import CronExpr
 
@@ -33,6 +33,7 @@ __all__ = [
     "due_ticks",
     "park",
     "take_parked",
+    "with_task_settings",
 ]
 
 MissedPolicy = Literal["skip", "latest", "all"]
@@ -69,6 +70,10 @@ class Schedule:
     max_catchup: int = DEFAULT_MAX_CATCHUP
     grace: float = DEFAULT_GRACE
     max_payload_bytes: int = field(default=_enqueue.DEFAULT_MAX_PAYLOAD_BYTES, repr=False, compare=False)
+    #: The jobs' concurrency key and deadline (seconds after the tick), from the task's
+    #: declaration when the app knows the task (see :func:`with_task_settings`).
+    concurrency_key: str | None = field(default=None, compare=False)
+    expires_in: float | None = field(default=None, compare=False)
     #: The arguments as JSON text (what the job carries).
     args_json: str = field(init=False, repr=False, compare=False)
     expr: CronExpr = field(init=False, repr=False, compare=False)
@@ -105,6 +110,13 @@ class Schedule:
             expr = CronExpr(self.cron, self.timezone, hash_key=self.name)
         except ConfigError as exc:
             raise ConfigError(f"schedule {self.name!r}: {exc}") from None
+        if self.concurrency_key is not None:
+            try:
+                _enqueue.check_key("concurrency_key", self.concurrency_key)
+            except ConfigError as exc:
+                raise ConfigError(f"schedule {self.name!r}: {exc}") from None
+        if self.expires_in is not None:
+            object.__setattr__(self, "expires_in", _enqueue.check_expires_in(self.expires_in))
         args_json = _enqueue.encode_args(self.task, self.args, self.max_payload_bytes)
         object.__setattr__(self, "args", json.loads(args_json))
         object.__setattr__(self, "args_json", args_json)
@@ -195,10 +207,32 @@ def build_schedule(
 
 
 def check_args(schedule: Schedule, task: TaskDef) -> None:
-    """Refuse a schedule whose ``args`` its task's handler would not accept."""
+    """Refuse a schedule whose ``args`` its task's handler would not accept, or from which
+    the task's ``concurrency_key`` argument cannot be read."""
     problem = task.args_checker.problem(schedule.args)
     if problem is not None:
         raise ConfigError(f"schedule {schedule.name!r}: args do not fit task {task.name!r}: {problem}")
+    with_task_settings(schedule, task)
+
+
+def with_task_settings(schedule: Schedule, task: TaskDef) -> Schedule:
+    """``schedule`` with its task's concurrency key (read from the schedule's args) and
+    default deadline, which its jobs carry like any enqueue of the task.
+
+    Raises:
+        ConfigError: the key cannot be read from the schedule's args.
+    """
+    key = None
+    if task.concurrency_key is not None:
+        try:
+            key = _enqueue.concurrency_key_from(
+                task.name, task.concurrency_key, schedule.args, task.args_checker.defaults
+            )
+        except InvalidArgumentsError as exc:  # at declaration: the schedule's own mistake
+            raise ConfigError(f"schedule {schedule.name!r}: {exc}") from None
+    if key == schedule.concurrency_key and task.expires_in == schedule.expires_in:
+        return schedule
+    return replace(schedule, concurrency_key=key, expires_in=task.expires_in)
 
 
 def park(fn: Callable[..., Any], name: str | None, options: Mapping[str, Any]) -> None:

@@ -10,8 +10,11 @@ queueing completions behind it.
 
 The retention each run applied is recorded in the ``settings`` table
 (``retention.<state>`` = seconds, or null for "kept forever") for ``pgqueue status``.
-The same run removes worker registrations that expired long ago, and summarises the new
-block ranges of the recent partitions' BRIN indexes (``summarize_recent``).
+The same run removes worker registrations that expired long ago, summarises the new
+block ranges of the recent partitions' BRIN indexes (``summarize_recent``), and prunes the
+unique ledger (``unique_keys``) of rows that hold nothing any more: a period that ended,
+a holder that left the live states it held the key in, or one whose day partition was
+dropped (``prune_unique_keys``), in batches of one short transaction each.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ __all__ = [
     "RetentionResult",
     "apply_retention",
     "expired_partitions",
+    "prune_unique_keys",
     "retention_of",
     "summarize_recent",
 ]
@@ -51,6 +55,7 @@ class RetentionResult:
     dropped: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # lock timeout: tried again next run
     registrations_removed: int = 0
+    unique_keys_removed: int = 0
 
 
 def retention_of(config: WorkerConfig) -> dict[str, float | None]:
@@ -113,13 +118,35 @@ def apply_retention(
             result.dropped.append(child)
         except LockBusyError:
             result.skipped.append(child)
+    result.unique_keys_removed = prune_unique_keys(conn, schema)
     if result.dropped:
         log.info("retention: dropped %d finished-job partitions: %s", len(result.dropped), ", ".join(result.dropped))
+    if result.unique_keys_removed:
+        log.info("retention: removed %d unique keys no job holds any more", result.unique_keys_removed)
     if result.skipped:
         log.warning("retention: %d partitions busy, will retry: %s", len(result.skipped), ", ".join(result.skipped))
     if result.registrations_removed:
         log.info("removed %d registrations of workers that died", result.registrations_removed)
     return result
+
+
+#: Ledger rows one pruning transaction looks at.
+UNIQUE_PRUNE_BATCH = 5000
+
+
+def prune_unique_keys(conn: psycopg.Connection[Any], schema: str, *, batch: int = UNIQUE_PRUNE_BATCH) -> int:
+    """Remove the unique ledger's rows that hold nothing any more, walking it once in key
+    order, ``batch`` rows per short transaction (``conn`` is autocommit); returns how many
+    went."""
+    days = [row.day for row in db.partition_list(conn, schema)]
+    kept_since = None if not days else datetime(min(days).year, min(days).month, min(days).day, tzinfo=UTC)
+    removed, after = 0, ""
+    while True:
+        gone, last = db.unique_keys_prune(conn, schema, after=after, batch=batch, kept_since=kept_since)
+        removed += gone
+        if last is None:
+            return removed
+        after = last
 
 
 def summarize_recent(conn: psycopg.Connection[Any], schema: str) -> int:

@@ -1,7 +1,8 @@
 """The scheduler + rescuer tick: every ``maintenance_interval`` (jittered, so nodes do not
 wake in lockstep; the first one after a random part of it), one statement that, under a
-transaction-scoped advisory lock, promotes due scheduled/retryable jobs and rescues jobs
-whose lease expired. One process wins the lock each round."""
+transaction-scoped advisory lock, promotes due scheduled/retryable jobs, rescues jobs
+whose lease expired and cancels waiting jobs whose deadline passed. One process wins the
+lock each round."""
 
 from __future__ import annotations
 
@@ -70,3 +71,5 @@ class TickService(PeriodicService[TickResult]):
             )
         if result.promoted:
             log.debug("%d scheduled/retryable jobs became available", result.promoted)
+        if result.expired:
+            log.info("cancelled %d jobs not started by their deadline (expires_at)", result.expired)

@@ -8,7 +8,9 @@ every second. So each process remembers how far its last complete tick got and t
 one starts a margin before that. A timer can land behind the watermark only if the
 transaction that wrote it ran for longer than the margin (for instance a producer's long
 transaction enqueuing a job with a short delay); a full scan every ``full_every`` seconds
-catches those, so such a job is promoted at most that much late.
+catches those, so such a job is promoted at most that much late. Deadlines (expiry) are
+looked at the same way: a job whose deadline passed while it ran, and which then asked
+for a retry, is cancelled by the next full scan (the claims skip it meanwhile).
 """
 
 from __future__ import annotations
@@ -36,7 +38,12 @@ class TickWatermark:
     def observe(self, result: TickResult, *, scanned_since: datetime | None, batch: int, now: float) -> None:
         """Record a tick. Only a complete pass moves the watermark: a pass that hit its
         batch limit left due timers behind, and the next one must start where it did."""
-        if not result.leader or result.promoted >= batch or result.rescued + result.discarded >= batch:
+        if (
+            not result.leader
+            or result.promoted >= batch
+            or result.rescued + result.discarded >= batch
+            or result.expired >= batch
+        ):
             return
         if scanned_since is None:
             self._next_full = now + self.full_every

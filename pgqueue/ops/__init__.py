@@ -1,5 +1,6 @@
-"""Operations on jobs and a status snapshot: the library API behind ``pgqueue jobs`` and
-``pgqueue status``/``top``, usable from any Python code with a psycopg connection.
+"""Operations on jobs and queues and a status snapshot: the library API behind ``pgqueue
+jobs``, ``pgqueue queues``, ``pgqueue tasks`` and ``pgqueue status``/``top``, usable from
+any Python code with a psycopg connection.
 
 Every function takes the caller's connection and the schema name (validated, always
 quoted); values are bound parameters. Read functions never write. ``retry_jobs`` and
@@ -18,20 +19,36 @@ from .jobs import (
     retry_job,
     retry_jobs,
 )
+from .queues import (
+    KEEP,
+    QueueControl,
+    TaskControl,
+    add_queue,
+    pause_queue,
+    queue_controls,
+    resume_queue,
+    set_queue_limits,
+    set_task_limit,
+    task_controls,
+)
 from .results import JobDetail, JobError, JobSummary, PurgeResult, RetryResult, jsonable
 from .status import FailureGroup, Health, QueueStats, StatusSnapshot, WorkerInfo, status
 
 __all__ = [
+    "KEEP",
     "FailureGroup",
     "Health",
     "JobDetail",
     "JobError",
     "JobSummary",
     "PurgeResult",
+    "QueueControl",
     "QueueStats",
     "RetryResult",
     "StatusSnapshot",
+    "TaskControl",
     "WorkerInfo",
+    "add_queue",
     "cancel_job",
     "enqueue_job",
     "get_job",
@@ -39,8 +56,14 @@ __all__ = [
     "list_jobs",
     "make_job",
     "parse_duration",
+    "pause_queue",
     "purge_jobs",
+    "queue_controls",
+    "resume_queue",
     "retry_job",
     "retry_jobs",
+    "set_queue_limits",
+    "set_task_limit",
     "status",
+    "task_controls",
 ]

@@ -12,6 +12,7 @@ from .._db import enqueue as db
 from .._db.conn import Conn
 from .._db.sql import validate_schema
 from ..models import JobSpec
+from ..unique import Unique
 
 __all__ = ["enqueue_job", "make_job"]
 
@@ -27,9 +28,14 @@ def make_job(
     unique_key: str | None = None,
     max_attempts: int | None = None,
     max_payload_bytes: int = _enqueue.DEFAULT_MAX_PAYLOAD_BYTES,
+    concurrency_key: str | None = None,
+    expires_at: datetime | None = None,
+    expires_in: float | timedelta | None = None,
+    unique: Unique | None = None,
 ) -> JobSpec:
     """A validated job of ``task``, for :func:`enqueue_job` or ``App.enqueue_many``. The
-    same checks as ``task.job(...)``, except the handler's signature (not known here).
+    same checks as ``task.job(...)``, except the handler's signature (not known here):
+    ``unique`` rules without a ``unique_key`` derive the key from the arguments given.
 
     Raises:
         EnqueueError: a bad task or queue name, argument, option or payload.
@@ -44,12 +50,16 @@ def make_job(
         unique_key=unique_key,
         max_attempts=max_attempts,
         max_bytes=max_payload_bytes,
+        concurrency_key=concurrency_key,
+        expires_at=expires_at,
+        expires_in=expires_in,
+        unique=unique,
     )
 
 
 def enqueue_job(conn: Conn, schema: str, job: JobSpec) -> int:
     """Enqueue ``job`` in ``conn``'s current transaction; returns its id (with a
-    ``unique_key`` matching a live job: that job's id).
+    ``unique_key`` matching a live job, or a key held under unique rules: that job's id).
 
     Raises:
         EnqueueError: the database refused the job (payload limit, privileges...).

@@ -62,6 +62,10 @@ class JobSummary:
     #: The time the job was scheduled for at enqueue (a cron job: its tick); unlike
     #: ``run_at`` no retry moves it. A job finished before schema version 6 shows its run_at.
     scheduled_at: datetime
+    snoozes: int  #: how often the handler snoozed it (each gave its attempt back)
+    expires_at: datetime | None  #: deadline by which an attempt must start (None: none)
+    concurrency_key: str | None  #: key for per-key concurrency limits (None: none)
+    dedupe_key: str | None  #: its key under unique rules (the unique ledger; None: none)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
 """The status snapshot behind ``pgqueue status`` and ``pgqueue top``: typed rows of the
-observability views (``queue_stats``, ``workers``, ``failures``, ``health``, ``retention``),
+observability views (``queue_stats``, ``workers``, ``failures``, ``health``, ``retention``,
+``queue_controls``, ``task_controls``),
 read in one pipelined round trip. Public names are re-exported by :mod:`pgqueue.ops`.
 """
 
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 from .._db import admin as db
 from .._db.conn import Conn
 from .._db.sql import validate_schema
+from .queues import QueueControl, TaskControl
 
 __all__ = ["FailureGroup", "Health", "QueueStats", "StatusSnapshot", "WorkerInfo", "status"]
 
@@ -37,6 +39,10 @@ class QueueStats:
     discarded_15m: int = 0
     failed_attempts_5m: int = 0
     failure_rate_5m: float | None = None
+    cancelled_1m: int = 0
+    cancelled_5m: int = 0
+    cancelled_15m: int = 0
+    expired_15m: int = 0  #: of cancelled_15m: not started by their deadline
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +101,9 @@ class StatusSnapshot:
     failures: list[FailureGroup]
     health: Health | None
     retention: list[dict[str, Any]]  #: rows of the ``retention`` view, as they come
+    #: Queues with a pause or a limit (``queue_controls``), and task limits.
+    controls: list[QueueControl] = field(default_factory=list)
+    task_controls: list[TaskControl] = field(default_factory=list)
 
 
 # -- status -------------------------------------------------------------------------------
@@ -121,4 +130,6 @@ def status(conn: Conn, schema: str = "pgqueue", *, failures_limit: int = 20, ret
         failures=[_build(FailureGroup, r) for r in rows["failures"]],
         health=_build(Health, health[0]) if health else None,
         retention=[dict(r) for r in rows.get("retention", [])],
+        controls=[QueueControl(**r) for r in rows["controls"]],
+        task_controls=[TaskControl(**r) for r in rows["task_controls"]],
     )

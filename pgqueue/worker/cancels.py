@@ -69,11 +69,11 @@ class CancelFlags:
         return current is not None and current.uncancel() == 0
 
     def adjust(self, job_id: int, outcome: Outcome | None) -> Outcome | None:
-        """A failed attempt of a job an operator cancelled ends ``cancelled``, not retried;
-        a completed one stays completed (the work was done)."""
+        """A failed or snoozed attempt of a job an operator cancelled ends ``cancelled``,
+        not retried; a completed one stays completed (the work was done)."""
         if outcome is None or not self.requested(job_id):
             return outcome
-        if outcome.state in (JobState.RETRYABLE, JobState.DISCARDED):
+        if outcome.state in (JobState.RETRYABLE, JobState.DISCARDED) or outcome.snoozed:
             return Outcome(JobState.CANCELLED, error=outcome.error)
         return outcome
 

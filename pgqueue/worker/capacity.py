@@ -1,43 +1,110 @@
-"""How many jobs the fetcher may claim now, and the wake-up that tells it to.
+"""How many jobs the fetcher may claim now, per queue, and the wake-up that tells it to.
 
-Two limits, whichever is lower: handler slots (``concurrency`` attempts at once), and the
-leases held, which also count outcomes not yet written: at most one concurrency's worth
-of outcomes may wait for the completer, so a slow database slows claiming instead of
-piling up leases that must be heartbeated.
+Slots come in pools: a queue given its own concurrency (``WorkerConfig.queue_concurrency``)
+has a pool of that many slots to itself; every other queue this process serves shares one
+pool of ``concurrency`` slots. A claim takes at most the free slots of each queue's pool.
+
+Two limits apply on top, whichever is lower: the slots, and the leases held, which also
+count outcomes not yet written: at most one concurrency's worth of outcomes may wait for
+the completer, so a slow database slows claiming instead of piling up leases that must be
+heartbeated.
+
+The fetcher is woken when a slot frees up and waiting work can use it: the last claim of
+the slot's pool came back full (``backlog``: more is waiting), or limits held back the
+slot's queue (``blocked``: a job of that queue finishing frees one of its global slots,
+which the next claim, carrying the job's outcome, can take at once).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sized
+from collections.abc import Iterable, Mapping, Sequence, Sized
+
+from ..models import Job
 
 __all__ = ["Capacity"]
 
+_SHARED = ""  # the pool of queues without their own (queue names are never empty)
+
 
 class Capacity:
-    def __init__(self, *, concurrency: int, fetch_batch: int, leases: Sized, wake: asyncio.Event) -> None:
-        self.concurrency = concurrency
+    def __init__(
+        self,
+        *,
+        concurrency: int,
+        fetch_batch: int,
+        leases: Sized,
+        wake: asyncio.Event,
+        queues: Sequence[str] = (),
+        queue_concurrency: Mapping[str, int] | None = None,
+    ) -> None:
+        own = {q: n for q, n in (queue_concurrency or {}).items() if q in queues}
+        #: Slots per pool: each queue with its own concurrency, and the shared pool.
+        self.slots: dict[str, int] = dict(own)
+        if not queues or any(q not in own for q in queues):
+            self.slots[_SHARED] = concurrency
+        self._pool_of = {q: (q if q in own else _SHARED) for q in queues}
+        #: Slots in all pools: the most attempts this process runs at once.
+        self.concurrency = sum(self.slots.values())
         self.leases = leases
         #: Set to make the fetcher claim now (free capacity, a notification, stop).
         self.wake = wake
-        #: Slots taken by running attempts.
+        #: Slots taken by running attempts, in all pools and per pool.
         self.used = 0
+        self._used: dict[str, int] = dict.fromkeys(self.slots, 0)
         #: The last claim came back full: more is waiting than was taken.
         self.backlog = False
-        # With a backlog, refill once this much is free rather than one job at a time.
-        self._refill_at = max(1, min(concurrency, fetch_batch) // 2)
+        #: Queues whose waiting jobs limits held back at the last claim.
+        self.blocked: set[str] = set()
+        #: With slots per queue: queues whose last claim took all their free slots.
+        self.waiting: set[str] = set()
+        # With a backlog, refill once this much of a pool is free rather than one job at a time.
+        self._refill_at = {p: max(1, min(n, fetch_batch) // 2) for p, n in self.slots.items()}
+
+    @property
+    def pooled(self) -> bool:
+        """Whether some queue has slots of its own (claims then cap each queue)."""
+        return len(self.slots) > 1 or _SHARED not in self.slots
 
     def free(self) -> int:
         return min(self.concurrency - self.used, 2 * self.concurrency - len(self.leases))
 
-    def take(self) -> None:
-        self.used += 1
+    def free_by_queue(self) -> dict[str, int]:
+        """Each served queue's free slots (its pool's), capped by :meth:`free`."""
+        total = self.free()
+        return {q: min(self.slots[p] - self._used[p], total) for q, p in self._pool_of.items()}
 
-    def release(self) -> None:
+    def take(self, queue: str) -> None:
+        self.used += 1
+        self._used[self._pool(queue)] += 1
+
+    def release(self, queue: str) -> None:
+        pool = self._pool(queue)
         self.used -= 1
-        self.refill()
+        self._used[pool] -= 1
+        pool_free = self.slots.get(pool, 0) - self._used[pool]
+        if queue in self.blocked or (
+            (self.backlog or queue in self.waiting) and pool_free >= self._refill_at.get(pool, 1)
+        ):
+            self.wake.set()
+
+    def observe_claim(self, free_before: Mapping[str, int], jobs: Iterable[Job], limit: int) -> None:
+        """With slots per queue: note the queues whose claim took all their free slots
+        (more of them is probably waiting)."""
+        taken: dict[str, int] = {}
+        for job in jobs:
+            taken[job.queue] = taken.get(job.queue, 0) + 1
+        self.waiting = {q for q, n in free_before.items() if n > 0 and taken.get(q, 0) >= min(n, limit)}
 
     def refill(self) -> None:
-        """Something freed up (a slot, a lease): wake the fetcher if work is waiting."""
-        if self.backlog and self.free() >= self._refill_at:
+        """A lease freed up: wake the fetcher if work is waiting and enough is free."""
+        if self.backlog and self.free() >= min(self._refill_at.values()):
             self.wake.set()
+
+    def _pool(self, queue: str) -> str:
+        # A queue this process does not serve (a job claimed before a config change) counts
+        # against the shared pool, which then exists.
+        pool = self._pool_of.get(queue, _SHARED)
+        if pool not in self._used:
+            self._used[pool] = 0
+        return pool

@@ -71,7 +71,7 @@ class Executor:
             # rescued), so it can never complete. Stop it; its outcome would be fenced.
             log.warning("job %d claimed again while a stale attempt still ran here; cancelling that one", job.id)
             stale.cancel()
-        self.capacity.take()
+        self.capacity.take(job.queue)
         self.leases.hold(job)
         self._started_at[job.id] = time.monotonic()
         self.running[job.id] = asyncio.create_task(self.attempt(job), name=f"pgqueue-job-{job.id}")
@@ -89,7 +89,7 @@ class Executor:
                 # Cancelled: by shutdown (which releases the lease) or by a lost lease
                 # (already dropped). Either way nothing is written from here.
                 self._forget(job.id, flag)
-                self.capacity.release()
+                self.capacity.release(job.queue)
                 raise
             attempt = Attempt(operator_cancel_outcome(job, self.worker_id))
         outcome = self.cancels.adjust(job.id, attempt.outcome)
@@ -110,7 +110,7 @@ class Executor:
                 with contextlib.suppress(BaseException):
                     await attempt.straggler
         finally:
-            self.capacity.release()
+            self.capacity.release(job.queue)
         return outcome
 
     def written(self, job: Job, outcome: Outcome, accepted: bool) -> None:

@@ -1,10 +1,15 @@
 """The fetch loop: claims batches sized to free capacity and hands them to the executor.
 
-* A claim takes at most ``min(free capacity, fetch_batch)`` jobs (:mod:`.capacity`). One
-  that came back full means more is waiting: the loop claims again at once while capacity
-  lasts, and again as soon as half of it frees up. A partial claim means the queues are
-  drained: the loop sleeps until a wake-up (NOTIFY, free capacity, stop) or the poll
-  interval, the safety net (longer while the listener is connected).
+* A claim takes at most ``min(free capacity, fetch_batch)`` jobs, and at most each queue's
+  free slots where queues have slots of their own (:mod:`.capacity`). One that came back
+  full means more is waiting: the loop claims again at once while capacity lasts, and
+  again as soon as half of it frees up. A partial claim means the queues are drained (or
+  held back by limits): the loop sleeps until a wake-up (NOTIFY, free capacity, a slot of
+  a held-back queue, a rate window opening, stop) or the poll interval, the safety net
+  (longer while the listener is connected).
+* Flow control (:mod:`.flow`): while any of this process's queues is controlled or any of
+  its tasks limited, claims take the limited path; the view is re-read when an operator
+  changes a control, and at least every heartbeat interval.
 * Buffered outcomes ride along with the claim (one round trip, one commit for both; see
   the completer).
 * A claim that fails (database unreachable, a finished-job partition missing) gives its
@@ -19,19 +24,21 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 
-from .._db.conn import RECONNECT_BACKOFF, TRANSIENT, brief, within
+from .._db.conn import RECONNECT_BACKOFF, TRANSIENT, AConn, brief, within
 from .._db.errors import PartitionMissingError
-from .._db.jobs import JobsDB
+from .._db.jobs import ClaimHint, JobsDB
 from ..config import WorkerConfig
-from ..models import Job
+from ..models import Job, Outcome
 from ..retry import Retries
 from .capacity import Capacity
 from .claim_cursor import ClaimCursors
 from .completer import Batch, Completer
 from .connections import Connections
 from .executor import Executor
+from .flow import FlowControl
 from .stats import Report
 
 __all__ = ["Fetcher"]
@@ -57,6 +64,7 @@ class Fetcher:
         executor: Executor,
         completer: Completer,
         cursors: ClaimCursors,
+        flow: FlowControl,
         report: Report,
         stopping: asyncio.Event,
         listening: Callable[[], bool],
@@ -73,6 +81,7 @@ class Fetcher:
         self.executor = executor
         self.completer = completer
         self.cursors = cursors
+        self.flow = flow
         self.report = report
         self.stopping = stopping
         self.listening = listening
@@ -94,6 +103,11 @@ class Fetcher:
                 capacity.backlog = True
             elif self.task_limits:
                 limit = min(free, cfg.fetch_batch)
+                before = capacity.free_by_queue() if capacity.pooled else None
+                if before is not None and max(before.values(), default=0) <= 0:
+                    capacity.backlog = True  # every queue's own slots are taken
+                    await self._wait()
+                    continue
                 jobs = await self._claim(limit)
                 if jobs is None:
                     continue  # failed (and waited), or stopping
@@ -104,6 +118,8 @@ class Fetcher:
                 for job in jobs:
                     self.executor.start(job)
                 capacity.backlog = len(jobs) == limit
+                if before is not None:
+                    capacity.observe_claim(before, jobs, limit)
                 if capacity.backlog and capacity.free() > 0:
                     continue  # more is waiting and we have room: claim again now
             await self._wait()
@@ -111,29 +127,19 @@ class Fetcher:
     async def _claim(self, limit: int) -> list[Job] | None:
         """One claim with the buffered outcomes; None when nothing was claimed because it
         failed (after waiting out the backoff) or a stop came first."""
-        cfg = self.config
         batch: Batch = []
         try:
             async with self.connections.connection() as conn:
                 if self.stopping.is_set():
                     return None  # stop() came while we waited for a connection
-                batch = self.completer.take()
                 began = time.monotonic()
-                after = self.cursors.after(began)
-                jobs, written = await within(
-                    cfg.lease,  # a claim answered after its lease is worthless anyway
-                    self.db.claim(
-                        conn,
-                        queues=self.queues,
-                        task_limits=self.task_limits,
-                        limit=limit,
-                        lease=cfg.lease,
-                        worker_id=self.worker_id,
-                        outcomes=[(j.id, j.lease_token, o) for j, o in batch],
-                        after=after,
-                    ),
-                    "claim",
-                )
+                await self.flow.refresh_if_due(conn, began)
+                batch = self.completer.take()
+                outcomes = [(j.id, j.lease_token, o) for j, o in batch]
+                if self.flow.limited:
+                    jobs, written = await self._claim_limited(conn, limit, outcomes)
+                else:
+                    jobs, written = await self._claim_plain(conn, limit, outcomes, began)
         except _CLAIM_RETRIED as exc:
             if batch:
                 self.completer.give_back(batch)  # the completer retries (and repairs partitions)
@@ -141,12 +147,65 @@ class Fetcher:
             log.warning("claim failed (%s); retrying in %.2fs", brief(exc), delay)
             await self._sleep_unless_stopping(delay)
             return None
-        done = time.monotonic()
-        self.cursors.observe(jobs, from_head=not after, elapsed=done - began, now=done)
         self._retries.reset()
         if batch:
             self.completer.acknowledge(batch, written)
         return jobs
+
+    async def _claim_plain(
+        self, conn: AConn, limit: int, outcomes: list[tuple[int, uuid.UUID, Outcome]], began: float
+    ) -> tuple[list[Job], set[int]]:
+        cfg = self.config
+        after = self.cursors.after(began)
+        queue_limits = self.capacity.free_by_queue() if self.capacity.pooled else None
+        queues = self.queues
+        if queue_limits is not None:
+            queues = [q for q in queues if queue_limits[q] > 0]
+            if len(queues) == 1:
+                limit = min(limit, queue_limits[queues[0]])
+        jobs, written = await within(
+            cfg.lease,  # a claim answered after its lease is worthless anyway
+            self.db.claim(
+                conn,
+                queues=queues,
+                task_limits=self.task_limits,
+                limit=limit,
+                lease=cfg.lease,
+                worker_id=self.worker_id,
+                outcomes=outcomes,
+                after=after,
+                queue_limits=queue_limits,
+            ),
+            "claim",
+        )
+        done = time.monotonic()
+        self.cursors.observe(jobs, from_head=not after, elapsed=done - began, now=done)
+        return jobs, written
+
+    async def _claim_limited(
+        self, conn: AConn, limit: int, outcomes: list[tuple[int, uuid.UUID, Outcome]]
+    ) -> tuple[list[Job], set[int]]:
+        cfg = self.config
+        free = self.capacity.free_by_queue()
+        hints: list[ClaimHint]
+        jobs, hints, written = await within(
+            cfg.lease,
+            self.db.claim_limited(
+                conn,
+                queues=self.flow.queue_order(),
+                queue_limits=free,
+                task_limits=self.task_limits,
+                limit=limit,
+                lease=cfg.lease,
+                worker_id=self.worker_id,
+                key_cursors=self.flow.key_cursors,
+                outcomes=outcomes,
+            ),
+            "claim",
+        )
+        self.flow.observe(hints, time.monotonic())
+        self.capacity.blocked = set(self.flow.blocked)
+        return jobs, written
 
     async def _wait(self) -> None:
         self.report.stats.fetcher_waiting = True
@@ -158,9 +217,10 @@ class Fetcher:
 
     def _poll_timeout(self) -> float:
         cfg = self.config
-        if self.listening():
-            return max(cfg.poll_interval, cfg.poll_interval_listening)
-        return cfg.poll_interval
+        timeout = max(cfg.poll_interval, cfg.poll_interval_listening) if self.listening() else cfg.poll_interval
+        if self.flow.wake_at is not None:  # a rate window frees a start then
+            timeout = min(timeout, max(self.flow.wake_at - time.monotonic(), 0.0))
+        return timeout
 
     async def _release_unstarted(self, jobs: list[Job]) -> None:
         try:

@@ -2,9 +2,11 @@
 the transactional mode, where the completion must share the handler's transaction (and
 goes through the DB layer's ``record_outcomes``).
 
-Outcome rules: return -> completed; ``Cancel`` -> cancelled; ``Retry(after)`` ->
-retryable after that delay; an exception of a ``non_retryable`` type, or arguments that
-do not fit the handler's signature (or cannot be decoded) -> discarded at once; any
+Outcome rules: return -> completed; ``Cancel`` -> cancelled; ``Snooze(after)`` ->
+scheduled after that delay (available at once for 0), the attempt given back and no error
+recorded, even on the last attempt; ``Retry(after)`` -> retryable after that delay; an
+exception of a ``non_retryable`` type, or arguments that do not fit the handler's
+signature (or cannot be decoded) -> discarded at once; any
 other exception or a timeout -> retryable after the task's backoff. A retryable outcome on
 the last attempt becomes discarded (the dead letter), with every error kept.
 """
@@ -23,7 +25,7 @@ from typing import Any
 import psycopg
 
 from .._db.jobs import JobsDB
-from ..errors import Cancel, InvalidArgumentsError, Retry, UndecodableArgsError
+from ..errors import Cancel, InvalidArgumentsError, Retry, Snooze, UndecodableArgsError
 from ..models import Job, JobContext, JobState, Outcome
 from ..task import TaskDef
 from .connections import Connections
@@ -75,6 +77,8 @@ def _arguments_error(task: TaskDef | None, job: Job, exc: BaseException) -> Base
 
 
 def failure_outcome(task: TaskDef | None, job: Job, exc: BaseException, worker_id: str) -> Outcome:
+    if isinstance(exc, Snooze):  # not a failure: no error, no attempt used
+        return Outcome(JobState.SCHEDULED if exc.after > 0 else JobState.AVAILABLE, delay=exc.after)
     original, exc = exc, _arguments_error(task, job, exc)
     error = error_record(exc, job, worker_id)
     last = job.attempt >= job.max_attempts

@@ -58,12 +58,13 @@ class Leases:
         connections: Connections,
         registry: Registry,
         config: WorkerConfig,
+        held: dict[int, uuid.UUID] | None = None,
     ) -> None:
         self.connections = connections
         self.registry = registry
         self.config = config
-        #: job id -> lease token, for every lease held.
-        self.held: dict[int, uuid.UUID] = {}
+        #: job id -> lease token, for every lease held (``held``: a map to share, else new).
+        self.held: dict[int, uuid.UUID] = {} if held is None else held
         self._lock = asyncio.Lock()
         self._over = False
 

@@ -19,7 +19,11 @@ from .._db.conn import application_name, brief, within
 from .._db.jobs import JobsDB
 from ..retry import Backoff, Retries
 
-__all__ = ["Listener"]
+__all__ = ["FLOW_CHANGED", "Listener"]
+
+#: The payload of the notification sent when a pause or a limit changes (no queue name
+#: starts with '*').
+FLOW_CHANGED = "*flow"
 
 T = TypeVar("T")
 
@@ -36,11 +40,14 @@ class Listener:
         *,
         health_interval: float = 15.0,
         max_backoff: float = 5.0,
+        on_flow: Callable[[], None] | None = None,
     ) -> None:
         self.dsn = dsn  # asked for at each connection: the worker knows it once it runs
         self.db = db  # LISTENs on its schema's wake-up channel
         self.queues = frozenset(queues)
         self.on_wake = on_wake
+        #: Called when an operator changed a pause or a limit (the '*flow' notification).
+        self.on_flow = on_flow
         self.health_interval = health_interval
         self.max_backoff = max_backoff
         self.connected = asyncio.Event()
@@ -65,6 +72,8 @@ class Listener:
             except asyncio.CancelledError:
                 raise
             except psycopg.Error as exc:
+                if self.on_flow is not None:
+                    self.on_flow()  # changes may have come while we could not hear them
                 was_connected = self.connected.is_set()
                 self.connected.clear()
                 self.reconnects += 1
@@ -85,6 +94,8 @@ class Listener:
             async for notify in conn.notifies(timeout=self.health_interval):
                 if notify.payload in self.queues:
                     self.on_wake()
+                elif notify.payload == FLOW_CHANGED and self.on_flow is not None:
+                    self.on_flow()
             # Quiet for a while: prove the connection lives. A socket whose peer vanished
             # without a FIN or RST (a partition, a stateful firewall forgetting it) would
             # block this forever, leaving a "connected" listener that hears nothing.

@@ -24,7 +24,9 @@ __all__ = ["Registry"]
 
 
 class Registry:
-    def __init__(self, db: JobsDB, worker_id: str, queues: Sequence[str], config: WorkerConfig) -> None:
+    def __init__(
+        self, db: JobsDB, worker_id: str, queues: Sequence[str], config: WorkerConfig, *, concurrency: int | None = None
+    ) -> None:
         self.db = db
         self.worker_id = worker_id
         self._static: dict[str, Any] = {
@@ -32,7 +34,7 @@ class Registry:
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "queues": list(queues),
-            "concurrency": config.concurrency,
+            "concurrency": config.concurrency if concurrency is None else concurrency,
             "ttl": ALIVE_INTERVALS * config.heartbeat_interval,
             "version": __version__,
         }

@@ -26,6 +26,7 @@ class WorkerStats:
     retried: int = 0
     discarded: int = 0
     cancelled: int = 0
+    snoozed: int = 0  # attempts that snoozed (Snooze): put off, the attempt given back
     refused: int = 0  # outcomes fenced off because the lease had been lost
     released: int = 0
     claims: int = 0
@@ -40,6 +41,8 @@ _COUNTERS = {
     JobState.RETRYABLE: "retried",
     JobState.DISCARDED: "discarded",
     JobState.CANCELLED: "cancelled",
+    JobState.AVAILABLE: "snoozed",  # only a snooze ends an attempt in a waiting state
+    JobState.SCHEDULED: "snoozed",
 }
 
 
@@ -75,7 +78,9 @@ class Report:
             state,
             seconds=seconds,
             error=outcome.error if outcome is not None else None,
-            retry_in=outcome.delay if outcome is not None and state is JobState.RETRYABLE else None,
+            retry_in=outcome.delay
+            if outcome is not None and (state is JobState.RETRYABLE or outcome.snoozed)
+            else None,
             log_args=self.log_args(job.task),
         )
 

@@ -32,6 +32,7 @@ import logging
 import os
 import secrets
 import socket
+import uuid
 from collections.abc import Coroutine, Mapping
 from typing import Any, Protocol
 
@@ -51,6 +52,7 @@ from .connections import Connections
 from .db_wait import check_database, reach_database, wait_for_database
 from .executor import Executor
 from .fetcher import Fetcher
+from .flow import FlowControl
 from .handler import HandlerRunner
 from .leases import Leases
 from .listener import Listener
@@ -95,7 +97,12 @@ class Worker:
         tasks = app.tasks
         schedules = app.declared_schedules()
         self.queues: tuple[str, ...] = cfg.queues or tuple(
-            sorted({t.queue for t in tasks.values()} | {s.queue for s in schedules} | {DEFAULT_QUEUE})
+            sorted(
+                {t.queue for t in tasks.values()}
+                | {s.queue for s in schedules}
+                | set(cfg.queue_concurrency)
+                | {DEFAULT_QUEUE}
+            )
         )
         self.db = JobsDB(app.schema)
         self.stats = WorkerStats()
@@ -106,11 +113,22 @@ class Worker:
         self._failure: BaseException | None = None
         self._side_tasks: list[asyncio.Task[None]] = []
 
+        #: job id -> lease token of every lease held (the leases' own map, sized by capacity).
+        self.leases_held: dict[int, uuid.UUID] = {}
+        self.capacity = Capacity(
+            concurrency=cfg.concurrency,
+            fetch_batch=cfg.fetch_batch,
+            leases=self.leases_held,
+            wake=asyncio.Event(),
+            queues=self.queues,
+            queue_concurrency=cfg.queue_concurrency,
+        )
+        slots = self.capacity.concurrency  # every queue's slots: the most jobs run at once
         transactional_async = any(t.transactional and t.is_async for t in tasks.values())
         self.connections = Connections(
             name=self.worker_id,
-            handler_connections=cfg.concurrency if transactional_async else 0,
-            sync_connections=cfg.concurrency,
+            handler_connections=slots if transactional_async else 0,
+            sync_connections=slots,
         )
         self.report = Report(self.stats, log_args=lambda task: tasks[task].log_args)
         self.cursors = ClaimCursors(cfg.claim_cursor_threshold)
@@ -132,16 +150,15 @@ class Worker:
             timeout=cfg.lease,
         )
         self.leases = Leases(
-            connections=self.connections, registry=Registry(self.db, self.worker_id, self.queues, cfg), config=cfg
+            connections=self.connections,
+            registry=Registry(self.db, self.worker_id, self.queues, cfg, concurrency=slots),
+            config=cfg,
+            held=self.leases_held,
         )
-        self.capacity = Capacity(
-            concurrency=cfg.concurrency, fetch_batch=cfg.fetch_batch, leases=self.leases, wake=asyncio.Event()
-        )
+        self.flow = FlowControl(self.db, self.queues, tasks, refresh_interval=cfg.heartbeat_interval)
         self.executor = Executor(
             tasks=tasks,
-            runner=HandlerRunner(
-                db=self.db, worker_id=self.worker_id, connections=self.connections, threads=cfg.concurrency
-            ),
+            runner=HandlerRunner(db=self.db, worker_id=self.worker_id, connections=self.connections, threads=slots),
             capacity=self.capacity,
             leases=self.leases,
             completer=self.completer,
@@ -156,6 +173,7 @@ class Worker:
                 self.queues,
                 self.wake,
                 health_interval=cfg.listener_health_interval,
+                on_flow=self._flow_changed,
             )
             if cfg.listen
             else None
@@ -171,6 +189,7 @@ class Worker:
             executor=self.executor,
             completer=self.completer,
             cursors=self.cursors,
+            flow=self.flow,
             report=self.report,
             stopping=self._stopping,
             listening=self._listening,
@@ -204,6 +223,11 @@ class Worker:
     def wake(self) -> None:
         """Make the fetcher claim now (the listener calls this on NOTIFY)."""
         self.capacity.wake.set()
+
+    def _flow_changed(self) -> None:
+        """An operator paused, resumed or limited something: re-read before claiming."""
+        self.flow.invalidate()
+        self.wake()
 
     @property
     def in_flight(self) -> int:
@@ -242,13 +266,15 @@ class Worker:
         log.info(
             "worker %s started: queues=%s concurrency=%d tasks=%d database=%s schema=%s",
             self.worker_id,
-            ",".join(self.queues),
-            cfg.concurrency,
+            ",".join(f"{q}={cfg.queue_concurrency[q]}" if q in cfg.queue_concurrency else q for q in self.queues),
+            self.capacity.concurrency,
             len(self.app.tasks),
             self.app.database.display,
             self.app.schema,
         )
         await self.leases.register(self._status)
+        async with self.connections.connection() as conn:
+            await self.db.add_queues(conn, self.queues)  # operators may pause and limit them now
         self.metrics = self.report.metrics = await serve_metrics(
             cfg,
             dsn=self.connections.dsn,

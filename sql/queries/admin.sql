@@ -8,7 +8,7 @@ SELECT id, queue, task, state::text AS state, priority, attempt, max_attempts, r
        CASE WHEN jsonb_array_length(errors) > 0 THEN
            coalesce(errors -> -1 ->> 'type', 'Error') || ': ' || coalesce(errors -> -1 ->> 'message', '')
        END AS last_error,
-       coalesce(scheduled_at, run_at) AS scheduled_at
+       coalesce(scheduled_at, run_at) AS scheduled_at, snoozes, expires_at, concurrency_key, dedupe_key
 FROM {schema}.jobs
 WHERE (%(queue)s::text IS NULL OR queue = %(queue)s)
   AND (%(task)s::text IS NULL OR task = %(task)s)
@@ -22,7 +22,7 @@ SELECT id, queue, task, state::text AS state, priority, attempt, max_attempts, r
        CASE WHEN jsonb_array_length(errors) > 0 THEN
            coalesce(errors -> -1 ->> 'type', 'Error') || ': ' || coalesce(errors -> -1 ->> 'message', '')
        END AS last_error,
-       coalesce(scheduled_at, run_at) AS scheduled_at
+       coalesce(scheduled_at, run_at) AS scheduled_at, snoozes, expires_at, concurrency_key, dedupe_key
 FROM {schema}.jobs
 WHERE state = %(state)s::{schema}.job_state
   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
@@ -37,7 +37,7 @@ SELECT id, queue, task, state::text AS state, priority, attempt, max_attempts, r
        CASE WHEN jsonb_array_length(errors) > 0 THEN
            coalesce(errors -> -1 ->> 'type', 'Error') || ': ' || coalesce(errors -> -1 ->> 'message', '')
        END AS last_error,
-       coalesce(scheduled_at, run_at) AS scheduled_at,
+       coalesce(scheduled_at, run_at) AS scheduled_at, snoozes, expires_at, concurrency_key, dedupe_key,
        args, errors, lease_expires_at, cancel_requested_at
 FROM {schema}.jobs
 WHERE id = %(id)s
@@ -109,6 +109,16 @@ SELECT * FROM {schema}.health
 
 -- name: status_retention
 SELECT * FROM {schema}.retention
+
+-- name: status_controls
+-- Queues with a pause or a limit, and what the limits count now.
+SELECT * FROM {schema}.queue_controls
+WHERE paused OR concurrency IS NOT NULL OR key_concurrency IS NOT NULL OR rate_limit IS NOT NULL
+   OR key_rate_limit IS NOT NULL
+ORDER BY queue
+
+-- name: status_task_controls
+SELECT * FROM {schema}.task_controls ORDER BY task
 
 -- name: status_clock
 -- Read last in the status pipeline (one implicit transaction, so not now()): every time

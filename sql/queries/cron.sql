@@ -47,13 +47,14 @@ FOR UPDATE
 -- In one statement: record each due tick in cron_ticks (its primary key (schedule, tick)
 -- refuses a tick fired before, whatever became of that tick's job), insert one available
 -- job per newly recorded tick (run_at = scheduled_at = the tick, unique_key
--- 'cron:<schedule>:<tick>'), advance the cursors, wake the queues' workers, and prune tick
+-- 'cron:<schedule>:<tick>', the task's concurrency key and deadline after the tick), advance the cursors, wake the queues' workers, and prune tick
 -- history older than %(keep_days)s days (always keeping each schedule's latest tick).
 WITH t AS (
     SELECT *
     FROM unnest(%(names)s::text[], %(ticks)s::timestamptz[], %(tasks)s::text[], %(queues)s::text[],
-                %(priorities)s::smallint[], %(args)s::jsonb[], %(unique_keys)s::text[])
-         AS t(schedule, tick, task, queue, priority, args, unique_key)
+                %(priorities)s::smallint[], %(args)s::jsonb[], %(unique_keys)s::text[],
+                %(concurrency_keys)s::text[], %(expires_in)s::float8[])
+         AS t(schedule, tick, task, queue, priority, args, unique_key, concurrency_key, expires_in)
 ), fired AS (
     INSERT INTO {schema}.cron_ticks (schedule, tick, job_id, fired_by)
     SELECT schedule, tick, nextval({id_seq}), %(worker_id)s FROM t
@@ -61,8 +62,10 @@ WITH t AS (
     ON CONFLICT (schedule, tick) DO NOTHING
     RETURNING schedule, tick, job_id
 ), jobs AS (
-    INSERT INTO {schema}.jobs_live (id, task, args, queue, priority, run_at, scheduled_at, unique_key, state)
-    SELECT f.job_id, t.task, t.args, t.queue, t.priority, f.tick, f.tick, t.unique_key, 'available'
+    INSERT INTO {schema}.jobs_live
+        (id, task, args, queue, priority, run_at, scheduled_at, unique_key, concurrency_key, expires_at, state)
+    SELECT f.job_id, t.task, t.args, t.queue, t.priority, f.tick, f.tick, t.unique_key, t.concurrency_key,
+           f.tick + make_interval(secs => t.expires_in), 'available'
     FROM fired AS f
     JOIN t ON t.schedule = f.schedule AND t.tick = f.tick
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING

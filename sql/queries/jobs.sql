@@ -3,22 +3,32 @@
 -- {schema}, {channel} are substituted once per schema; %(param)s are bound values.
 
 -- name: job_enqueue
--- One job through the SQL function: one round trip inside the caller's transaction.
+-- One job through the SQL function: one round trip inside the caller's transaction. A
+-- deadline given as expires_in counts from the job's run_at.
+WITH job AS (
+    SELECT coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)) AS run_at
+)
 SELECT {schema}.enqueue(
-    %(task)s, %(args)s::jsonb, %(queue)s, %(priority)s,
-    coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
-    %(unique_key)s, %(max_attempts)s)
+    %(task)s, %(args)s::jsonb, %(queue)s, %(priority)s, job.run_at, %(unique_key)s, %(max_attempts)s,
+    %(concurrency_key)s,
+    coalesce(%(expires_at)s::timestamptz, job.run_at + make_interval(secs => %(expires_in)s::float8)),
+    make_interval(secs => %(unique_period)s::float8), %(unique_states)s::text[], %(unique_mode)s)
+FROM job
 
 -- name: job_insert
 -- One job without a unique_key: a plain INSERT into the live partition plus its wake-up,
 -- in one statement (no PL/pgSQL on the common path). Same rules as enqueue(): due now ->
 -- 'available' and NOTIFY with the queue name; run_at in the future -> 'scheduled'.
--- scheduled_at = run_at: the time asked for, which retries leave alone.
+-- scheduled_at = run_at: the time asked for, which retries leave alone. A deadline given
+-- as expires_in counts from run_at.
 WITH job AS (
     SELECT coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)) AS run_at
 ), ins AS (
-    INSERT INTO {schema}.jobs_live (task, args, queue, priority, run_at, scheduled_at, max_attempts, state)
+    INSERT INTO {schema}.jobs_live
+        (task, args, queue, priority, run_at, scheduled_at, max_attempts, concurrency_key, expires_at, state)
     SELECT %(task)s, %(args)s::jsonb, %(queue)s, %(priority)s, job.run_at, job.run_at, %(max_attempts)s,
+           %(concurrency_key)s,
+           coalesce(%(expires_at)s::timestamptz, job.run_at + make_interval(secs => %(expires_in)s::float8)),
            CASE WHEN job.run_at <= now() THEN 'available' ELSE 'scheduled' END::{schema}.job_state
     FROM job
     RETURNING id, state, queue
@@ -28,7 +38,8 @@ SELECT id, CASE WHEN state = 'available' THEN pg_notify({channel}, queue) END FR
 -- name: job_copy
 -- COPY target for enqueue_many: rows go straight into the live partition
 -- (scheduled_at = run_at, as in job_insert).
-COPY {schema}.jobs_live (task, args, queue, priority, run_at, scheduled_at, state, max_attempts)
+COPY {schema}.jobs_live
+    (task, args, queue, priority, run_at, scheduled_at, state, max_attempts, concurrency_key, expires_at)
 FROM STDIN
 
 -- name: db_now
@@ -40,15 +51,16 @@ SELECT now()
 SELECT pg_notify({channel}, q) FROM unnest(%(queues)s::text[]) AS q
 
 -- fragment: claim_picked
--- The claim itself, shared by both claims below: every row of the CTE "picked" becomes
--- running under a fresh lease, its attempt counted; a NULL max_attempts becomes the task's
--- own setting. Returns the columns of pgqueue.models.Job.
+-- The claim itself, shared by every claim below: each row of the CTE "picked" (id,
+-- started_at) becomes running under a fresh lease from started_at, its attempt counted; a
+-- NULL max_attempts becomes the task's own setting. Returns the columns of
+-- pgqueue.models.Job.
 UPDATE {schema}.jobs_live AS j
 SET state = 'running',
     attempt = j.attempt + 1,
-    started_at = now(),
+    started_at = picked.started_at,
     lease_token = gen_random_uuid(),
-    lease_expires_at = now() + make_interval(secs => %(lease)s::float8),
+    lease_expires_at = picked.started_at + make_interval(secs => %(lease)s::float8),
     worker_id = %(worker_id)s,
     max_attempts = coalesce(j.max_attempts, (
         SELECT d.max_attempts
@@ -57,19 +69,27 @@ SET state = 'running',
 FROM picked
 WHERE j.id = picked.id
 RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempt, j.max_attempts,
-          j.lease_token, j.run_at, j.created_at, now() - j.run_at AS pickup_delay,
-          coalesce(j.scheduled_at, j.run_at) AS scheduled_at
+          j.lease_token, j.run_at, j.created_at, picked.started_at - j.run_at AS pickup_delay,
+          coalesce(j.scheduled_at, j.run_at) AS scheduled_at, j.snoozes, j.expires_at, j.concurrency_key
 
 -- name: job_claim_one_queue
 -- Claim up to %(limit)s available jobs of one queue in the index's order (priority DESC,
 -- run_at, id, i.e. ((-priority), run_at, id) ascending), taking a fresh lease on each,
 -- starting after the cursor %(after)s (the key of the last job a previous claim took; a
 -- cursor below every key scans from the head). A NULL max_attempts becomes the task's own
--- setting. scheduled_at NULL (a row inserted without it) reads as run_at.
+-- setting. scheduled_at NULL (a row inserted without it) reads as run_at. A job past its
+-- deadline (expires_at) is skipped: no attempt starts after it (maintenance cancels it).
+-- Flow control: nothing of a controlled queue (paused or limited) and no job of a limited
+-- task is taken here (job_claim_limited does that, under the scopes' locks); each check is
+-- one probe of a small table, evaluated once per claim.
 WITH picked AS (
-    SELECT id
+    SELECT id, now() AS started_at
     FROM {schema}.jobs_live
-    WHERE state = 'available' AND queue = %(queue)s AND task = ANY(%(tasks)s::text[])
+    WHERE state = 'available' AND queue = %(queue)s
+      AND task = ANY(ARRAY(SELECT t FROM unnest(%(tasks)s::text[]) AS t
+                           WHERE NOT EXISTS (SELECT FROM {schema}.task_limits AS l WHERE l.task = t)))
+      AND NOT EXISTS (SELECT FROM {schema}.queues AS c WHERE c.name = %(queue)s AND c.controlled)
+      AND (expires_at IS NULL OR expires_at > now())
       AND ((-priority::integer), run_at, id) > (%(after_priority)s::integer, %(after_run_at)s::timestamptz,
                                                %(after_id)s::bigint)
     ORDER BY (-priority::integer), run_at, id
@@ -79,31 +99,73 @@ WITH picked AS (
 -- include: claim_picked
 
 -- name: job_claim_many_queues
--- Same as job_claim_one_queue over several queues, each with its own cursor: one ordered
--- index scan per queue, merged, so no queue starves and no sort over the backlog is needed.
-WITH candidates AS (
+-- Same as job_claim_one_queue over several queues, each with its own cursor and its own
+-- cap (%(queue_limits)s: this process's free slots for the queue): one ordered index scan
+-- per queue, merged, so no queue starves and no sort over the backlog is needed.
+WITH free_tasks AS MATERIALIZED (
+    SELECT ARRAY(SELECT t FROM unnest(%(tasks)s::text[]) AS t
+                 WHERE NOT EXISTS (SELECT FROM {schema}.task_limits AS l WHERE l.task = t)) AS tasks
+), candidates AS (
     SELECT c.id, c.priority, c.run_at
-    FROM unnest(%(queues)s::text[], %(after_priority)s::integer[], %(after_run_at)s::timestamptz[],
-                %(after_id)s::bigint[]) AS q(name, after_priority, after_run_at, after_id)
+    FROM unnest(%(queues)s::text[], %(queue_limits)s::integer[], %(after_priority)s::integer[],
+                %(after_run_at)s::timestamptz[], %(after_id)s::bigint[])
+         AS q(name, cap, after_priority, after_run_at, after_id)
+    CROSS JOIN free_tasks AS f
     CROSS JOIN LATERAL (
         SELECT id, priority, run_at
         FROM {schema}.jobs_live
-        WHERE state = 'available' AND queue = q.name AND task = ANY(%(tasks)s::text[])
+        WHERE state = 'available' AND queue = q.name AND task = ANY(f.tasks)
+          AND (expires_at IS NULL OR expires_at > now())
           AND ((-priority::integer), run_at, id) > (q.after_priority, q.after_run_at, q.after_id)
         ORDER BY (-priority::integer), run_at, id
-        LIMIT %(limit)s
+        LIMIT least(q.cap, %(limit)s)
         FOR UPDATE SKIP LOCKED
     ) AS c
+    WHERE NOT EXISTS (SELECT FROM {schema}.queues AS s WHERE s.name = q.name AND s.controlled)
 ), picked AS (
-    SELECT id FROM candidates ORDER BY priority DESC, run_at, id LIMIT %(limit)s
+    SELECT id, now() AS started_at FROM candidates ORDER BY priority DESC, run_at, id LIMIT %(limit)s
 )
 -- include: claim_picked
+
+-- name: job_claim_lock
+-- A limited claim, step 1: lock the controlled queues among %(queues)s and the limited
+-- tasks among %(tasks)s (see claim_lock() in migration 0008).
+SELECT {schema}.claim_lock(%(queues)s::text[], %(tasks)s::text[], %(lock_prefix)s)
+
+-- name: job_claim_limited
+-- A limited claim, step 2, in the same transaction after job_claim_lock: claim_pick()
+-- picks what every control allows (a fresh snapshot, taken under the locks), the claim
+-- takes them.
+WITH picked AS MATERIALIZED (
+    SELECT id, started_at
+    FROM {schema}.claim_pick(%(queues)s::text[], %(queue_limits)s::integer[], %(tasks)s::text[],
+                             %(limit)s, %(key_cursors)s::text[])
+)
+-- include: claim_picked
+
+-- name: job_claim_hints
+-- A limited claim, step 3: what claim_pick learnt of each queue (a JSON array of objects:
+-- queue, wait, blocked, key_cursor), left for this transaction.
+SELECT current_setting('pgqueue.claim_hints', true)
+
+-- name: flow_settings
+-- Which of a worker's queues are controlled (paused or limited) and which of its tasks have
+-- a concurrency limit: ('q', queue) and ('t', task) rows.
+SELECT 'q', name FROM {schema}.queues WHERE name = ANY(%(queues)s::text[]) AND controlled
+UNION ALL
+SELECT 't', task FROM {schema}.task_limits WHERE task = ANY(%(tasks)s::text[])
+
+-- name: queue_add_many
+-- A worker records the queues it serves, so that operators can pause and limit them.
+INSERT INTO {schema}.queues (name) SELECT unnest(%(queues)s::text[]) ON CONFLICT (name) DO NOTHING
 
 -- name: job_record_outcomes
 -- Persist a batch of attempt outcomes, fenced by lease token: rows whose lease was lost
 -- (rescued, released, cancelled) are left alone and their ids are not returned.
--- retryable: stays live with a new run_at; completed/discarded/cancelled: moves to the
--- finished partitions. An error object, if any, is appended to errors with the time.
+-- retryable: stays live with a new run_at; available/scheduled (a snooze): the same, and
+-- the attempt counted at claim is given back, counted in snoozes instead;
+-- completed/discarded/cancelled: moves to the finished partitions. An error object, if
+-- any, is appended to errors with the time.
 -- scheduled_at keeps the time the job was first scheduled for (pinned from the old run_at
 -- where it was never set).
 -- Rows are found through the primary key and locked in id order, the same order every
@@ -127,10 +189,12 @@ WITH outcome AS (
         scheduled_at = coalesce(j.scheduled_at, j.run_at),
         lease_token = NULL,
         lease_expires_at = NULL,
+        attempt = CASE WHEN l.state = 'retryable' THEN j.attempt ELSE j.attempt - 1 END,
+        snoozes = CASE WHEN l.state = 'retryable' THEN j.snoozes ELSE j.snoozes + 1 END,
         errors = CASE WHEN l.error IS NULL THEN j.errors
                       ELSE j.errors || jsonb_build_array(l.error || jsonb_build_object('at', now())) END
     FROM locked AS l
-    WHERE j.id = l.id AND l.state = 'retryable'
+    WHERE j.id = l.id AND l.state IN ('retryable', 'available', 'scheduled')
     RETURNING j.id
 ), finished AS (
     DELETE FROM {schema}.jobs_live AS j
@@ -139,13 +203,14 @@ WITH outcome AS (
     RETURNING j.id, j.queue, j.task, j.args, l.state AS new_state, j.priority, j.run_at,
               coalesce(j.scheduled_at, j.run_at) AS scheduled_at, j.attempt, j.max_attempts, j.unique_key, j.created_at, j.started_at, j.worker_id,
               CASE WHEN l.error IS NULL THEN j.errors
-                   ELSE j.errors || jsonb_build_array(l.error || jsonb_build_object('at', now())) END AS errors
+                   ELSE j.errors || jsonb_build_array(l.error || jsonb_build_object('at', now())) END AS errors,
+              j.concurrency_key, j.expires_at, j.snoozes, j.dedupe_key
 ), moved AS (
     INSERT INTO {schema}.jobs
         (id, queue, task, args, state, priority, run_at, scheduled_at, attempt, max_attempts, unique_key,
-         created_at, started_at, finished_at, worker_id, errors)
+         created_at, started_at, finished_at, worker_id, errors, concurrency_key, expires_at, snoozes, dedupe_key)
     SELECT id, queue, task, args, new_state, priority, run_at, scheduled_at, attempt, max_attempts, unique_key,
-           created_at, started_at, now(), worker_id, errors
+           created_at, started_at, now(), worker_id, errors, concurrency_key, expires_at, snoozes, dedupe_key
     FROM finished
     RETURNING id
 )

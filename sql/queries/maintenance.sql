@@ -6,21 +6,29 @@
 -- name: maintenance_tick
 -- In one statement, if this process wins the lock:
 --   scheduler: scheduled/retryable jobs that are due become available (and wake workers);
+--              each state is its own range of the timers index (state, timer), read in
+--              timer order, at most %(batch)s of each per tick;
 --   rescuer:   running jobs whose lease expired become retryable with backoff, or
 --              discarded when out of attempts; each gets an error entry saying why.
 --              scheduled_at keeps the time first scheduled for (pinned from the old
 --              run_at where it was never set).
+--   expiry:    waiting jobs (available/scheduled/retryable) whose deadline (expires_at)
+--              passed become cancelled with a pgqueue.Expired error entry: no attempt
+--              may start after it (the claims skip them meanwhile). A job the scheduler
+--              promotes in the same tick is left to the next (a statement changes a row
+--              once); a running job is never touched (a retry it asks for after the
+--              deadline expires at the next tick).
 -- Only timers at or after %(since)s are scanned (NULL: all): the caller passes a watermark
 -- a little before its previous complete tick, so that timer entries left behind by
 -- finished jobs (dead, and not removable while an old snapshot is held) are not walked
 -- again every second; it passes NULL now and then to catch stragglers.
--- Returns (leader, promoted, rescued, discarded, notified, now).
+-- Returns (leader, promoted, rescued, discarded, notified, now, expired).
 WITH leader AS (
     SELECT pg_try_advisory_xact_lock(hashtextextended(%(lock_name)s, 0)) AS ok
-), due AS (
+), due_scheduled AS (
     SELECT id
     FROM {schema}.jobs_live
-    WHERE state IN ('scheduled', 'retryable')
+    WHERE state = 'scheduled'
       AND (CASE WHEN state = 'running' THEN lease_expires_at ELSE run_at END) <= now()
       AND (CASE WHEN state = 'running' THEN lease_expires_at ELSE run_at END)
           >= coalesce(%(since)s::timestamptz, '-infinity')
@@ -28,6 +36,19 @@ WITH leader AS (
     ORDER BY (CASE WHEN state = 'running' THEN lease_expires_at ELSE run_at END)
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
+), due_retryable AS (
+    SELECT id
+    FROM {schema}.jobs_live
+    WHERE state = 'retryable'
+      AND (CASE WHEN state = 'running' THEN lease_expires_at ELSE run_at END) <= now()
+      AND (CASE WHEN state = 'running' THEN lease_expires_at ELSE run_at END)
+          >= coalesce(%(since)s::timestamptz, '-infinity')
+      AND (SELECT ok FROM leader)
+    ORDER BY (CASE WHEN state = 'running' THEN lease_expires_at ELSE run_at END)
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+), due AS (
+    SELECT id FROM due_scheduled UNION ALL SELECT id FROM due_retryable
 ), promoted AS (
     UPDATE {schema}.jobs_live AS j
     SET state = 'available'
@@ -67,14 +88,45 @@ WITH leader AS (
 ), discarded AS (
     INSERT INTO {schema}.jobs
         (id, queue, task, args, state, priority, run_at, scheduled_at, attempt, max_attempts, unique_key,
-         created_at, started_at, finished_at, worker_id, errors)
+         created_at, started_at, finished_at, worker_id, errors, concurrency_key, expires_at, snoozes, dedupe_key)
     SELECT id, queue, task, args, 'discarded', priority, run_at, coalesce(scheduled_at, run_at), attempt,
            max_attempts, unique_key, created_at, started_at, now(), worker_id,
            errors || jsonb_build_array(jsonb_build_object(
                'attempt', attempt, 'type', 'LeaseExpired',
                'message', 'lease expired on the last attempt: the worker crashed, hung or lost its connection',
-               'worker', worker_id, 'at', now()))
+               'worker', worker_id, 'at', now())),
+           concurrency_key, expires_at, snoozes, dedupe_key
     FROM dead
+    RETURNING id
+), past_deadline AS (
+    -- Expiry, through the partial index jobs_live_expires (only jobs with a deadline).
+    SELECT j.id
+    FROM {schema}.jobs_live AS j
+    WHERE j.expires_at <= now() AND j.state IN ('available', 'scheduled', 'retryable')
+      AND j.expires_at >= coalesce(%(since)s::timestamptz, '-infinity')
+      AND (SELECT ok FROM leader)
+      AND NOT EXISTS (SELECT FROM due WHERE due.id = j.id)
+    ORDER BY j.expires_at
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+), deadline_gone AS (
+    DELETE FROM {schema}.jobs_live AS j
+    USING past_deadline AS x
+    WHERE j.id = x.id
+    RETURNING j.*
+), expired_jobs AS (
+    INSERT INTO {schema}.jobs
+        (id, queue, task, args, state, priority, run_at, scheduled_at, attempt, max_attempts, unique_key,
+         created_at, started_at, finished_at, worker_id, errors, concurrency_key, expires_at, snoozes, dedupe_key)
+    SELECT id, queue, task, args, 'cancelled', priority, run_at, coalesce(scheduled_at, run_at), attempt,
+           max_attempts, unique_key, created_at, started_at, now(), worker_id,
+           errors || jsonb_build_array(jsonb_build_object(
+               'attempt', attempt, 'type', 'pgqueue.Expired',
+               'message', 'expired: not started by its deadline ' || to_char(expires_at AT TIME ZONE 'UTC',
+                                                                             'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+               'at', now())),
+           concurrency_key, expires_at, snoozes, dedupe_key
+    FROM deadline_gone
     RETURNING id
 ), notified AS (
     SELECT pg_notify({channel}, q) FROM (SELECT DISTINCT queue FROM promoted) AS p(q)
@@ -84,7 +136,8 @@ SELECT (SELECT ok FROM leader) AS leader,
        (SELECT count(*) FROM rescued) AS rescued,
        (SELECT count(*) FROM discarded) AS discarded,
        (SELECT count(*) FROM notified) AS notified,
-       now() AS now
+       now() AS now,
+       (SELECT count(*) FROM expired_jobs) AS expired
 
 -- name: live_dead_tuples
 -- Dead and live row versions of the live partition (cumulative statistics), and whether
@@ -132,3 +185,35 @@ ANALYZE {schema}.jobs_live
 -- The live partition churns: every job is inserted, updated and deleted there. Vacuuming
 -- it ourselves keeps claims fast even where autovacuum is off or slow to come round.
 VACUUM (ANALYZE) {schema}.jobs_live
+
+-- name: unique_keys_prune
+-- Retention of the unique ledger, one batch: of the next %(batch)s rows in key order after
+-- %(after)s, remove those that hold nothing any more, i.e. whose period is over, or whose
+-- holder left the live partition while only live states hold the key, or (held since
+-- before %(kept_since)s, the oldest finished_at retention still keeps; NULL: skip) whose
+-- holder is neither live nor kept finished. A row an enqueue changed meanwhile (a new
+-- holder) is left: the DELETE re-checks job_id. Returns how many were removed and the last
+-- key looked at (NULL: no more rows).
+WITH batch AS (
+    SELECT u.key, u.job_id, u.states, u.held_since, u.held_until
+    FROM {schema}.unique_keys AS u
+    WHERE u.key > %(after)s
+    ORDER BY u.key
+    LIMIT %(batch)s
+), candidates AS (
+    SELECT b.key, b.job_id
+    FROM batch AS b
+    WHERE b.held_until <= now()
+       OR (NOT EXISTS (SELECT FROM {schema}.jobs_live AS j WHERE j.id = b.job_id)
+           AND (NOT (b.states && ARRAY['completed', 'discarded', 'cancelled']::{schema}.job_state[])
+                OR (b.held_since < %(kept_since)s::timestamptz
+                    AND NOT EXISTS (SELECT FROM {schema}.jobs AS f
+                                    WHERE f.id = b.job_id AND f.state IN ('completed', 'discarded', 'cancelled')
+                                      AND f.finished_at >= b.held_since))))
+), gone AS (
+    DELETE FROM {schema}.unique_keys AS u
+    USING candidates AS c
+    WHERE u.key = c.key AND u.job_id = c.job_id
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone), (SELECT max(key) FROM batch)

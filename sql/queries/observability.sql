@@ -40,10 +40,13 @@ SET value = excluded.value, updated_at = excluded.updated_at, updated_by = exclu
 WHERE s.value IS DISTINCT FROM excluded.value
 
 -- name: metrics_queue_stats
--- Depth and lag of the queues a worker serves, for its Prometheus gauges.
-SELECT queue, available, scheduled, running, retryable, lag_seconds
-FROM {schema}.queue_stats
-WHERE queue = ANY(%(queues)s::text[])
+-- Depth and lag of the queues a worker serves, whether each is paused and its global
+-- concurrency limit (NULL: none), for its Prometheus gauges.
+SELECT q.queue, coalesce(s.available, 0), coalesce(s.scheduled, 0), coalesce(s.running, 0),
+       coalesce(s.retryable, 0), coalesce(s.lag_seconds, 0), coalesce(c.paused, false)::integer, c.concurrency
+FROM unnest(%(queues)s::text[]) AS q(queue)
+LEFT JOIN {schema}.queue_stats AS s ON s.queue = q.queue
+LEFT JOIN {schema}.queues AS c ON c.name = q.queue
 
 -- name: brin_recent_indexes
 -- BRIN indexes of the finished-job partitions of yesterday and today (UTC): the ones the

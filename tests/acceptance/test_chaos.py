@@ -12,6 +12,7 @@ import pytest
 
 from tests.chaos.cluster import unavailable_reason
 from tests.chaos.faults import FAULT_KINDS
+from tests.chaos.limits import Limits
 from tests.chaos.run import run_chaos
 
 pytestmark = [
@@ -42,4 +43,26 @@ def test_short_chaos_run_keeps_every_invariant(tmp_path: Path, capsys: pytest.Ca
     assert not report.tx_wrong, f"transactional effects not exactly once {report.tx_wrong}\n{line}"
     assert not report.over_max, f"attempts above max_attempts {report.over_max}\n{line}"
     assert not report.side_task_deaths, f"a worker stopped on an unexpected error (see its log)\n{line}"
+    assert report.ok, line
+
+
+@pytest.mark.timeout(480)
+def test_limits_hold_under_faults(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The queue under a global limit, a per-key limit, a task limit, a queue rate and a key
+    rate, paused for a while in the middle, while workers are killed, frozen past their
+    lease and cut off: the ledger never shows more running than a limit allows, more claims
+    in a window than a rate allows, or a claim while paused; and nothing is lost."""
+    limits = Limits()
+    report = run_chaos(60, workers=3, rate=12, seed=7, drain_timeout=240, keep=tmp_path / "logs", limits=limits)
+    line = report.line()
+    with capsys.disabled():
+        print(f"\n{line}")
+    assert report.limits is not None, line
+    assert not report.limits.violations, line
+    # The limits were reached, not just respected by a queue too quiet to hit them.
+    assert report.limits.max_queue == limits.queue_concurrency, line
+    assert report.limits.max_key == limits.key_concurrency, line
+    assert report.limits.pauses == 1, line
+    assert not report.lost, f"lost jobs {report.lost[:20]}\n{line}"
+    assert not report.phantom, f"phantom jobs {report.phantom[:20]}\n{line}"
     assert report.ok, line

@@ -37,6 +37,10 @@ SUMMARY_KEYS = {
     "error_count",
     "last_error",
     "scheduled_at",
+    "snoozes",
+    "expires_at",
+    "concurrency_key",
+    "dedupe_key",
 }
 
 

@@ -66,7 +66,7 @@ async def test_status_json(app: pgqueue.App, dsn: str, conn: psycopg.Connection[
         result = await asyncio.to_thread(cli, "status", "--dsn", dsn, "--json")
     assert result.exit_code == 0, result.output
     snap = json.loads(result.stdout)
-    assert set(snap) == {"at", "queues", "workers", "failures", "health", "retention"}
+    assert set(snap) == {"at", "queues", "workers", "failures", "health", "retention", "controls", "task_controls"}
     datetime.fromisoformat(snap["at"])
     queues = {q["queue"]: q for q in snap["queues"]}
     assert queues["images"]["available"] + queues["images"]["running"] + queues["images"]["completed_1m"] >= 2

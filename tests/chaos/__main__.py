@@ -7,6 +7,7 @@ import signal
 import sys
 from pathlib import Path
 
+from .limits import Limits
 from .run import run_chaos
 
 
@@ -25,9 +26,18 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=15.0, help="producer transactions per second")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--keep", type=Path, default=Path("chaos-logs"), help="where the logs are copied")
+    parser.add_argument(
+        "--limits", action="store_true", help="run the queue under flow control (limits, rates, a pause) and check it"
+    )
     args = parser.parse_args()
     report = run_chaos(
-        args.minutes * 60, workers=args.workers, rate=args.rate, seed=args.seed, keep=args.keep, keep_always=True
+        args.minutes * 60,
+        workers=args.workers,
+        rate=args.rate,
+        seed=args.seed,
+        keep=args.keep,
+        keep_always=True,
+        limits=Limits() if args.limits else None,
     )
     print(report.line())
     return 0 if report.ok else 1

@@ -38,7 +38,8 @@ def create_tables(conn: psycopg.Connection[Any]) -> None:
         "CREATE TABLE IF NOT EXISTS chaos_runs ("
         " token uuid PRIMARY KEY, job_id bigint NOT NULL, attempt int NOT NULL, kind text NOT NULL,"
         " worker text NOT NULL, pid int NOT NULL,"
-        " started_at timestamptz NOT NULL DEFAULT clock_timestamp(), ended_at timestamptz, result text)"
+        " started_at timestamptz NOT NULL DEFAULT clock_timestamp(), ended_at timestamptz, result text,"
+        " claimed_at timestamptz, ckey text)"
     )
     conn.execute("CREATE INDEX IF NOT EXISTS chaos_runs_job ON chaos_runs (job_id)")
     conn.execute("CREATE TABLE IF NOT EXISTS chaos_effects (job_id bigint NOT NULL, attempt int NOT NULL, token uuid)")
@@ -70,11 +71,16 @@ def _ledger(statement: str, params: list[Any]) -> None:
 
 
 def _start(ctx: pgqueue.JobContext, kind: str) -> None:
+    """A run begins: with the claim's own clock reading (the row's started_at, while this
+    lease holds it) and the job's concurrency key, for the limits checker."""
     job = ctx.job
     _ledger(
-        "INSERT INTO chaos_runs (token, job_id, attempt, kind, worker, pid) VALUES (%s, %s, %s, %s, %s, %s)"
+        "INSERT INTO chaos_runs (token, job_id, attempt, kind, worker, pid, claimed_at, ckey)"
+        " VALUES (%s, %s, %s, %s, %s, %s,"
+        "  (SELECT started_at FROM pgqueue.jobs_live WHERE id = %s AND lease_token = %s),"
+        "  (SELECT concurrency_key FROM pgqueue.jobs WHERE id = %s))"
         " ON CONFLICT (token) DO NOTHING",
-        [job.lease_token, job.id, job.attempt, kind, ctx.worker_id, os.getpid()],
+        [job.lease_token, job.id, job.attempt, kind, ctx.worker_id, os.getpid(), job.id, job.lease_token, job.id],
     )
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import psycopg
 
+from .limits import LimitReport
 from .producer import Intent
 from .workers import ProcEvent
 
@@ -74,6 +75,8 @@ class Report:
     unrun: list[int] = field(default_factory=list)
     side_task_deaths: int = 0  # a worker stopped itself on an unexpected error (a bug)
     seconds: float = 0.0
+    #: With flow control in the run: whether the limits, rates and pause held.
+    limits: LimitReport | None = None
 
     @property
     def ok(self) -> bool:
@@ -86,6 +89,7 @@ class Report:
             or self.over_max
             or self.unrun
             or self.side_task_deaths
+            or (self.limits is not None and bool(self.limits.violations))
         )
 
     def line(self) -> str:
@@ -101,7 +105,7 @@ class Report:
             f" unexplained) overlaps={ovl_total} ({self.overlaps_explained}/{len(self.overlaps_unexplained)})"
             f" tx_effects_wrong={len(self.tx_wrong)} attempts_over_max={len(self.over_max)}"
             f" completed_unrun={len(self.unrun)} worker_side_task_deaths={self.side_task_deaths}"
-            f" in {self.seconds:.0f}s"
+            f" in {self.seconds:.0f}s" + (f"; {self.limits.line()}" if self.limits is not None else "")
         )
 
     def failing(self) -> list[int]:

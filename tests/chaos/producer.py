@@ -3,6 +3,7 @@ purpose, and records its intent (committed, rolled back, or unknown) for the che
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import uuid
@@ -44,8 +45,10 @@ class Intent:
 
 
 class Producer:
-    def __init__(self, dsn: str, *, rate: float, rollback_share: float = 0.2, seed: int = 0) -> None:
+    def __init__(self, dsn: str, *, rate: float, rollback_share: float = 0.2, seed: int = 0, keys: int = 0) -> None:
         self.dsn = dsn
+        #: With keys, every job gets one of this many concurrency keys (k0, k1, ...).
+        self.keys = keys
         self.rate = rate  # transactions per second
         self.rollback_share = rollback_share
         self.rng = random.Random(seed)
@@ -95,7 +98,10 @@ class Producer:
             with conn.transaction():
                 for _ in range(self.rng.randint(1, 3)):
                     kind, ms = self._pick()
-                    job_id = app.enqueue(conn, kind, tag=uuid.uuid4().hex, ms=ms)
+                    if self.keys:
+                        job_id = self._enqueue_keyed(conn, kind, ms)
+                    else:
+                        job_id = app.enqueue(conn, kind, tag=uuid.uuid4().hex, ms=ms)
                     ids[job_id] = kind
                 if roll_back:
                     raise _RollbackError
@@ -108,6 +114,15 @@ class Producer:
             raise
         self.intent.committed.update(ids)
         self.kinds.update(ids.values())
+
+    def _enqueue_keyed(self, conn: psycopg.Connection[Any], kind: str, ms: int) -> int:
+        key = f"k{self.rng.randrange(self.keys)}"
+        row = conn.execute(
+            "SELECT pgqueue.enqueue(%s, %s::jsonb, concurrency_key => %s)",
+            [kind, json.dumps({"tag": uuid.uuid4().hex, "ms": ms}), key],
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
 
     @property
     def enqueued(self) -> int:

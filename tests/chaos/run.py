@@ -6,20 +6,24 @@ from __future__ import annotations
 import contextlib
 import shutil
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
+from pgqueue import ops
 from pgqueue.migrate import migrate
 
 from .app import create_tables
 from .checker import Report, check
 from .cluster import PrivateCluster
 from .faults import FaultController
+from .limits import Limits, apply_limits, check_limits
 from .producer import Producer
 from .workers import EXIT_BY_HANDLER, WorkerPool
 
@@ -50,8 +54,13 @@ def run_chaos(
     keep: Path | None = None,
     keep_always: bool = False,
     log: Callable[[str], None] = _log,
+    limits: Limits | None = None,
 ) -> Report:
     """Inject faults for ``seconds`` while jobs flow, drain, check; returns the report.
+
+    With ``limits`` the queue runs under them (and is paused for a few seconds in the
+    middle), every job carries a concurrency key, and ``report.limits`` says whether they
+    held.
 
     Worker logs and the server log are copied to ``keep`` (if given) when the run fails
     (or always, with ``keep_always``).
@@ -70,6 +79,8 @@ def run_chaos(
         with psycopg.connect(direct, autocommit=True) as conn:
             migrate(conn, "pgqueue")
             create_tables(conn)
+            if limits is not None:
+                apply_limits(conn, limits)
         log(f"seed={seed} cluster on port {cluster.port} ({cluster.bindir}); logs in {cluster.root}")
         pool = WorkerPool(
             count=workers,
@@ -82,10 +93,15 @@ def run_chaos(
         )
         pool.start()
         _wait_for_listeners(direct, workers)
-        producer = Producer(direct, rate=rate, seed=seed)
+        producer = Producer(direct, rate=rate, seed=seed, keys=limits.keys if limits else 0)
         producer.start()
         controller = FaultController(cluster, pool, lease=LEASE, seed=seed, log=log)
+        pauser = _Pauser(direct, after=seconds * 0.4, hold=3.0, log=log) if limits is not None else None
+        if pauser is not None:
+            pauser.start()
         controller.run(seconds)
+        if pauser is not None:
+            pauser.join()
         producer.stop()
         controller.heal_all()
         log(f"faults done ({sum(controller.counts.values())}); producer enqueued {producer.enqueued}; draining")
@@ -96,6 +112,8 @@ def run_chaos(
             faults.update(_handler_faults(conn))
             faults["worker_died_by_handler"] = sum(1 for e in pool.events if e.what == f"exit:{EXIT_BY_HANDLER}")
             report = check(conn, producer.intent, pool.events, faults)
+            if limits is not None:
+                report.limits = check_limits(conn, limits, pool.events, pauser.windows if pauser else [])
         report.side_task_deaths = pool.log_text().count("worker side task")
         report.seconds = time.monotonic() - started
         if not report.ok:
@@ -116,6 +134,40 @@ def run_chaos(
                 shutil.copy(f, keep / f.name)
             log(f"logs kept in {keep}")
         cluster.destroy()
+
+
+class _Pauser(threading.Thread):
+    """Pauses the queue ``after`` seconds for ``hold`` seconds, riding out faults, and
+    records the window (database clock: after the pause committed, before the resume)."""
+
+    def __init__(self, dsn: str, *, after: float, hold: float, log: Callable[[str], None]) -> None:
+        super().__init__(name="chaos-pauser", daemon=True)
+        self.dsn, self.after, self.hold, self.log = dsn, after, hold, log
+        self.windows: list[tuple[datetime, datetime]] = []
+
+    def _clock_after(self, change: Callable[[psycopg.Connection[Any]], object]) -> datetime:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with psycopg.connect(self.dsn, autocommit=True, connect_timeout=5) as conn:
+                    change(conn)
+                    row = conn.execute("SELECT clock_timestamp()").fetchone()
+                    assert row is not None
+                    return row[0]  # type: ignore[no-any-return]
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    def run(self) -> None:
+        time.sleep(self.after)
+        paused = self._clock_after(lambda c: ops.pause_queue(c, "pgqueue", "default"))
+        self.log("queue paused")
+        time.sleep(self.hold)
+        resumed = self._clock_after(lambda c: None)  # read before the resume commits
+        self._clock_after(lambda c: ops.resume_queue(c, "pgqueue", "default"))
+        self.log("queue resumed")
+        self.windows.append((paused, resumed))
 
 
 def _wait_for_listeners(dsn: str, count: int, timeout: float = 60) -> None:

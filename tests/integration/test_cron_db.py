@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
+import pytest
 
 import pgqueue
 from pgqueue import Schedule
@@ -216,3 +217,35 @@ async def test_worker_runs_the_scheduler_and_the_jobs(dsn: str) -> None:
         jobs = cron_jobs(conn, "tick")
         assert {j["state"] for j in jobs[: len(seen)]} == {"completed"}
         assert [j["run_at"] for j in jobs] == fired(conn, "tick")
+
+
+async def test_cron_jobs_carry_their_tasks_concurrency_key_and_deadline(conn: psycopg.Connection[Any]) -> None:
+    app = pgqueue.App(dsn=conn.info.dsn)
+
+    @app.periodic(cron="* * * * *", args={"customer_id": 42})
+    @app.task(name="t.nightly", concurrency_key="customer_id", expires_in=600)
+    def nightly(customer_id: int | None = None) -> None: ...
+
+    app.add_schedule("other", task="t.elsewhere", cron="* * * * *")  # a task of another service
+    with pytest.raises(
+        pgqueue.ConfigError,
+        match=r"schedule 'broken': .*argument 'customer_id', which must be a str or an int, got NoneType",
+    ):
+        app.add_schedule("broken", task="t.nightly", cron="* * * * *", args={})
+    schedules = app.declared_schedules()
+    assert [(s.name, s.concurrency_key, s.expires_in) for s in schedules] == [
+        ("other", None, None),
+        ("t.nightly", "42", 600.0),
+    ]
+    async with scheduler(conn.info.dsn, schedules, "w1") as s:
+        await s.register()
+        set_state(conn, "t.nightly", last_tick=None, defined_at=db_value(conn, "SELECT now() - interval '1 minute'"))
+        set_state(conn, "other", last_tick=None, defined_at=db_value(conn, "SELECT now() - interval '1 minute'"))
+        result = await s.run_once()
+    [tick] = [f.tick for f in result.fired if f.schedule == "t.nightly"]
+    rows = dict(
+        (r[0], r[1:])
+        for r in conn.execute("SELECT task, concurrency_key, expires_at - run_at, run_at FROM pgqueue.jobs")
+    )
+    assert rows["t.nightly"] == ("42", timedelta(minutes=10), tick)  # the deadline counts from the tick
+    assert rows["t.elsewhere"][:2] == (None, None)

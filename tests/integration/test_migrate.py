@@ -23,7 +23,14 @@ from pgqueue.models import JobState, Outcome
 Conn = psycopg.Connection[Any]
 
 ALL_VERSIONS = [m.version for m in load_migrations()]
-LIVE_INDEXES = {"jobs_live_pkey", "jobs_live_fetch", "jobs_live_timers", "jobs_live_unique_key"}
+LIVE_INDEXES = {
+    "jobs_live_pkey",
+    "jobs_live_fetch",
+    "jobs_live_timers",
+    "jobs_live_unique_key",
+    "jobs_live_keyed",
+    "jobs_live_expires",
+}
 
 
 @pytest.fixture
@@ -300,8 +307,17 @@ def test_live_partition_has_exactly_the_documented_indexes(conn: Conn) -> None:
     assert "(unique_key)" in unique
     assert "WHERE (unique_key IS NOT NULL)" in unique
     timers = rows["jobs_live_timers"]
-    for needle in ("lease_expires_at", "run_at", "'running'", "'scheduled'", "'retryable'"):
+    for needle in ("(state, ", "lease_expires_at", "run_at", "'running'", "'scheduled'", "'retryable'"):
         assert needle in timers
+    # Jobs without a concurrency key never enter the keyed index.
+    keyed = rows["jobs_live_keyed"]
+    assert "(queue, state, concurrency_key, id)" in keyed
+    assert "WHERE (concurrency_key IS NOT NULL)" in keyed
+    # Only jobs with a deadline, while they wait, enter the expiry index.
+    expires = rows["jobs_live_expires"]
+    assert "(expires_at)" in expires
+    assert "expires_at IS NOT NULL" in expires
+    assert "'running'" not in expires
     assert scalar(conn, "SELECT count(*) FROM pg_constraint WHERE conname = 'jobs_live_pkey'") == 1
 
 

@@ -35,12 +35,18 @@ V5_COLUMNS = (
 )
 
 
-def migrate_to_version_5(conn: Conn, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Install the schema as release 5 left it: the same migrate(), fewer migrations."""
+def migrate_to_version(conn: Conn, monkeypatch: pytest.MonkeyPatch, version: int) -> list[int]:
+    """Install the schema as release ``version`` left it: the same migrate(), fewer migrations."""
     with monkeypatch.context() as patch:
-        patch.setattr(pgqueue.migrate, "load_migrations", lambda: [m for m in load_migrations() if m.version <= 5])
-        assert migrate(conn, SCHEMA) == [1, 2, 3, 4, 5]
-    assert current_version(conn, SCHEMA) == 5
+        older = [m for m in load_migrations() if m.version <= version]
+        patch.setattr(pgqueue.migrate, "load_migrations", lambda: older)
+        applied = migrate(conn, SCHEMA)
+    assert current_version(conn, SCHEMA) == version
+    return applied
+
+
+def migrate_to_version_5(conn: Conn, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert migrate_to_version(conn, monkeypatch, 5) == [1, 2, 3, 4, 5]
 
 
 def one(conn: Conn, query: Any, params: Any = None) -> Any:
@@ -109,8 +115,8 @@ async def test_version_5_database_migrates_and_keeps_its_data(
     tick: datetime = one(conn, "SELECT tick FROM pgqueue.cron_ticks WHERE job_id = %s", [ids["cron"]])
     before = v5_rows(conn)
 
-    assert migrate(conn, SCHEMA) == [6]
-    assert migrate(conn, SCHEMA) == []
+    assert migrate_to_version(conn, monkeypatch, 6) == [6]
+    assert migrate_to_version(conn, monkeypatch, 6) == []
     assert v5_rows(conn) == before  # every other column as it was
 
     values = scheduled(conn)
@@ -120,12 +126,18 @@ async def test_version_5_database_migrates_and_keeps_its_data(
     assert values[ids["cron"]][1] > tick
     for role in ("completed", "discarded", "cancelled"):
         assert values[ids[role]][0] is None, role  # finished rows are not rewritten...
+    # This release's code needs the later versions too; they keep what 0006 did.
+    assert migrate(conn, SCHEMA) == [m.version for m in load_migrations() if m.version > 6]
+    assert scheduled(conn) == values
+    for role in ("completed", "discarded", "cancelled"):
         assert ops.get_job(conn, SCHEMA, ids[role]).scheduled_at == values[ids[role]][1]  # ...and read as run_at
     assert ops.get_job(conn, SCHEMA, ids["cron"]).scheduled_at == tick
 
     # Day partitions created from now on carry the column too (LIKE the parent, then ATTACH).
     assert ensure_partitions(conn, SCHEMA, days_ahead=4) > 0
-    # The retried cron job runs again and finishes with its tick.
+    # Once at the current version (what today's worker needs), the retried cron job runs
+    # again and finishes with its tick.
+    migrate(conn, SCHEMA)
     conn.execute("UPDATE pgqueue.jobs_live SET run_at = now(), state = 'available' WHERE id = %s", [ids["cron"]])
     db = JobsDB(SCHEMA)
     async with await psycopg.AsyncConnection.connect(empty_dsn, autocommit=True) as aconn:
@@ -152,11 +164,16 @@ def test_producers_keep_enqueueing_after_0006_before_roles_run_again(
             # without scheduled_at.
             roles_v5 = render_roles_sql(SCHEMA, prefix)
             assert roles_v5.count("run_at, scheduled_at,") == 1
+            # (And without the columns of later versions.)
+            roles_v5 = roles_v5.replace(" concurrency_key, expires_at,", "")
             admin.execute(roles_v5.replace("run_at, scheduled_at,", "run_at,").encode())
             admin.execute(
                 sql.SQL("CREATE ROLE {} LOGIN IN ROLE {}").format(*map(sql.Identifier, (login, names.producer)))
             )
-            assert migrate(admin, SCHEMA) == [6]  # the roles script is not run again
+            assert migrate_to_version(admin, monkeypatch, 6) == [6]  # the roles script is not run again
+            # Nor after the later versions this release's enqueue needs (each forwards
+            # the producers' column grants it adds).
+            assert migrate(admin, SCHEMA) == [m.version for m in load_migrations() if m.version > 6]
         app = pgqueue.App(dsn=empty_dsn)
 
         @app.task(name="t.produced")

@@ -87,8 +87,8 @@ def test_print_roles_sql_runs_in_psql_style_and_creates_the_same_grants(empty_ds
             migrate(conn, SCHEMA)
             conn.execute(text.encode())  # what `psql -f` would run
             grants = conn.execute(
-                "SELECT has_function_privilege(%s, 'pgqueue.enqueue(text,jsonb,text,integer,timestamptz,text,integer)',"
-                " 'EXECUTE'), has_table_privilege(%s, 'pgqueue.jobs', 'SELECT'),"
+                "SELECT has_function_privilege(%s, 'pgqueue.enqueue'::regproc::regprocedure, 'EXECUTE'),"
+                " has_table_privilege(%s, 'pgqueue.jobs', 'SELECT'),"
                 " has_table_privilege(%s, 'pgqueue.jobs_live', 'UPDATE')",
                 [names.producer, names.inspector, names.worker],
             ).fetchone()

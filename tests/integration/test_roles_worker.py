@@ -16,6 +16,7 @@ import pytest
 from psycopg import sql
 
 import pgqueue
+from pgqueue import ops
 from pgqueue._db.sql import channel_name
 from pgqueue.maintenance.partitions import partition_name
 from tests.conftest import async_wait_until, running_worker
@@ -84,6 +85,29 @@ async def test_worker_role_runs_jobs_end_to_end_with_maintenance_and_partitions(
     assert sorted(ran) == [*range(20), 100]
 
 
+async def test_worker_role_claims_under_limits_and_may_not_change_them(rdb: RolesDB) -> None:
+    ran: list[int] = []
+    app = make_app(rdb.dsn("worker"), ran)
+    with rdb.connect("owner") as owner:
+        ops.add_queue(owner, SCHEMA, "rq")
+        ops.set_queue_limits(owner, SCHEMA, "rq", concurrency=2, rate=(100, 60), key_concurrency=1)
+        ops.set_task_limit(owner, SCHEMA, "work.record", 3)
+    with rdb.connect("producer") as producer:
+        record = make_app(rdb.dsn("producer")).tasks["work.record"]
+        for n in range(10):
+            record.enqueue(producer, n=n)
+    async with running_worker(app, queues=("rq",)):
+        await async_wait_until(lambda: len(ran) == 10, timeout=30)
+    with rdb.connect() as admin:
+        assert scalar(admin, "SELECT count(*) FROM pgqueue.jobs WHERE state = 'completed'") == 10
+        assert scalar(admin, "SELECT count(*) FROM pgqueue.rate_starts") == 10
+    with rdb.connect("worker") as worker:
+        with denied:
+            ops.pause_queue(worker, SCHEMA, "rq")
+        with denied:
+            ops.set_task_limit(worker, SCHEMA, "work.record", None)
+
+
 def test_partitions_made_through_the_function_match_the_owners(rdb: RolesDB) -> None:
     with rdb.connect() as admin:
         today: date = scalar(admin, "SELECT (now() AT TIME ZONE 'UTC')::date")
@@ -124,7 +148,7 @@ def test_worker_role_has_no_ddl_and_the_partition_functions_refuse_hostile_argum
             "DROP SCHEMA pgqueue CASCADE",
             "ALTER TABLE pgqueue.jobs ADD COLUMN x int",
             "ALTER TABLE pgqueue.jobs_live DROP CONSTRAINT jobs_args_size",
-            "ALTER FUNCTION pgqueue.enqueue(text,jsonb,text,integer,timestamptz,text,integer) SECURITY INVOKER",
+            "ALTER FUNCTION pgqueue.enqueue SECURITY INVOKER",
             "CREATE TABLE pgqueue.intruder (x int)",
             "CREATE FUNCTION pgqueue.f() RETURNS int LANGUAGE sql AS 'SELECT 1'",
             "TRUNCATE pgqueue.jobs_live",

@@ -60,7 +60,7 @@ def test_tick_skips_timers_behind_since_and_a_full_scan_finds_them(conn: Conn) -
     expired_long_ago = add(conn, "running", "1 hour")
     now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
 
-    leader, promoted, rescued, _discarded, _notified, db_now = tick(conn, now - timedelta(minutes=1))
+    leader, promoted, rescued, _discarded, _notified, db_now, _expired = tick(conn, now - timedelta(minutes=1))
     assert leader
     assert (promoted, rescued) == (1, 1)
     assert state(conn, recent) == "available"
@@ -74,8 +74,25 @@ def test_tick_skips_timers_behind_since_and_a_full_scan_finds_them(conn: Conn) -
     assert state(conn, expired_long_ago) == "retryable"
 
 
-def result(*, leader: bool = True, promoted: int = 0, rescued: int = 0, at: datetime) -> TickResult:
-    return TickResult(leader, promoted, rescued, 0, at)
+def test_tick_skips_deadlines_behind_since_and_a_full_scan_finds_them(conn: Conn) -> None:
+    # A job whose deadline passed long ago (it was running then, say: its retry is due in
+    # an hour) and one whose deadline passed just now.
+    old = add(conn, "retryable", "-1 hour")
+    conn.execute("UPDATE pgqueue.jobs_live SET expires_at = now() - interval '1 hour' WHERE id = %s", [old])
+    recent = add(conn, "available", "1 second")
+    conn.execute("UPDATE pgqueue.jobs_live SET expires_at = now() - interval '1 second' WHERE id = %s", [recent])
+    now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+
+    *_, expired = tick(conn, now - timedelta(minutes=1))
+    assert expired == 1
+    assert (state(conn, recent), state(conn, old)) == ("cancelled", "retryable")
+    *_, expired = tick(conn, None)
+    assert expired == 1
+    assert state(conn, old) == "cancelled"
+
+
+def result(*, leader: bool = True, promoted: int = 0, rescued: int = 0, expired: int = 0, at: datetime) -> TickResult:
+    return TickResult(leader, promoted, rescued, 0, at, expired)
 
 
 def test_watermark_moves_only_after_complete_leader_passes() -> None:
@@ -89,6 +106,7 @@ def test_watermark_moves_only_after_complete_leader_passes() -> None:
     wm.observe(result(leader=False, at=t0 + timedelta(seconds=1)), scanned_since=wm.since(1.0), batch=10, now=1.0)
     wm.observe(result(promoted=10, at=t0 + timedelta(seconds=2)), scanned_since=wm.since(2.0), batch=10, now=2.0)
     wm.observe(result(rescued=10, at=t0 + timedelta(seconds=3)), scanned_since=wm.since(3.0), batch=10, now=3.0)
+    wm.observe(result(expired=10, at=t0 + timedelta(seconds=3)), scanned_since=wm.since(3.0), batch=10, now=3.0)
     assert wm.since(3.0) == t0 - timedelta(seconds=5)
 
     wm.observe(result(promoted=9, at=t0 + timedelta(seconds=4)), scanned_since=wm.since(4.0), batch=10, now=4.0)

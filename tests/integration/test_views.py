@@ -99,7 +99,10 @@ def test_queue_stats_counts_lag_windows_and_failure_rate(conn: Conn) -> None:
     insert_job(conn, queue="c", state="cancelled", finished_at_sql="now()")
 
     stats = {r["queue"]: r for r in rows(conn, "SELECT * FROM pgqueue.queue_stats")}
-    assert set(stats) == {"a", "b"}  # c: nothing live, nothing completed/discarded in 15 min
+    # c: nothing live, nothing completed/discarded in 15 min, but a job cancelled just now.
+    assert set(stats) == {"a", "b", "c"}
+    c = stats["c"]
+    assert (c["completed_15m"], c["cancelled_1m"], c["cancelled_15m"], c["expired_15m"]) == (0, 1, 1, 0)
     a = stats["a"]
     assert (a["available"], a["scheduled"], a["running"], a["retryable"]) == (2, 1, 1, 1)
     assert 10 <= a["lag_seconds"] < 120
@@ -189,8 +192,8 @@ PAST_DAYS = 6
 #: The recent time window each view reads finished jobs in (its widest), and the
 #: partitions (by state) it may read; the upper bound is now() + AHEAD for all.
 WINDOWS = {
-    "queue_stats": (timedelta(minutes=15), {"completed", "discarded"}),
-    "failures": (timedelta(hours=24), {"discarded"}),
+    "queue_stats": (timedelta(minutes=15), {"completed", "discarded", "cancelled"}),
+    "failures": (timedelta(hours=24), {"discarded", "cancelled"}),  # cancelled: the expired ones
 }
 AHEAD = timedelta(hours=1)
 #: A BRIN scan reads whole block ranges: at most one straddles each end of the window.

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tests.chaos.checker import Report, Run, check_runs
+from tests.chaos.limits import _peak, _window_peak
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 JOB = 7
@@ -119,3 +120,27 @@ def test_two_finished_runs_both_holding_their_leases_are_unexplained() -> None:
     rep = judge([run(1, 100, 0, 1), run(2, 200, 100, 101)])
     assert (rep.duplicates_explained, rep.duplicates_unexplained) == (0, [JOB])
     assert not rep.ok
+
+
+# -- the limits checker's arithmetic ------------------------------------------------------------
+
+
+def test_peak_counts_runs_open_at_one_instant_and_an_end_closes_before_a_start() -> None:
+    t = datetime(2026, 1, 1, tzinfo=UTC)
+    s = timedelta(seconds=1)
+    assert _peak([]) == 0
+    assert (
+        _peak([(t, t + 2 * s), (t + s, t + 3 * s), (t + 2 * s, t + 4 * s)]) == 2
+    )  # the first ends as the third starts
+    assert _peak([(t, t + 5 * s), (t + s, t + 2 * s), (t + s, t + 3 * s)]) == 3
+
+
+def test_window_peak_counts_claims_in_any_window_of_the_period() -> None:
+    t = datetime(2026, 1, 1, tzinfo=UTC)
+    ms = timedelta(milliseconds=1)
+    second = timedelta(seconds=1)
+    assert _window_peak([], second) == 0
+    # Three claims within one second, then one exactly a second after the first: (t - 1s, t] excludes it.
+    times = [t, t + 100 * ms, t + 900 * ms, t + 1000 * ms]
+    assert _window_peak(times, second) == 3
+    assert _window_peak([*times, t + 999 * ms], second) == 4
