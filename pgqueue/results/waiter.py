@@ -60,6 +60,11 @@ class _Run:
     wake: asyncio.Event | None = None
     thread: threading.Thread | None = None
     done: bool = False
+    stop: bool = False  # close() asked it to end
+
+
+class _Stop(Exception):  # noqa: N818 - a signal within the waiter's loop
+    """close() was called: end the waiter's loop."""
 
 
 @dataclass
@@ -143,6 +148,20 @@ class ResultWaiter:
         fut.add_done_callback(lambda f: self._forget(job_id, f) if f.cancelled() else None)
         return fut
 
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the waiter's thread and close its connection; waits still pending fail
+        with :class:`~pgqueue.PgQueueError`. A later wait starts it again."""
+        with self._lock:
+            run = self._run
+            if run is None or run.done:
+                return
+            run.stop = True
+            if run.loop is not None and run.wake is not None:
+                with contextlib.suppress(RuntimeError):  # its loop just closed
+                    run.loop.call_soon_threadsafe(run.wake.set)
+        if run.thread is not None and run.thread is not threading.current_thread():
+            run.thread.join(timeout)
+
     @property
     def pending(self) -> int:
         """Jobs waited for now."""
@@ -187,13 +206,15 @@ class ResultWaiter:
     def _thread_main(self, run: _Run) -> None:
         try:
             asyncio.run(self._main(run))
+        except _Stop:
+            self._fail_all(PgQueueError("the results waiter was closed"), quiet=True)
         except BaseException:  # a daemon thread: say why it died, and let callers know
             log.exception("results waiter stopped")
             self._fail_all(PgQueueError("the results waiter stopped unexpectedly (see the log)"))
         finally:
             with self._lock:
                 run.done = True
-                if self._pending and self._run is run:
+                if self._pending and self._run is run and not run.stop:
                     self._start_or_poke()  # registered while it was ending
 
     async def _main(self, run: _Run) -> None:
@@ -236,9 +257,11 @@ class ResultWaiter:
             with self._lock:
                 if self._pending:
                     return False
+            _check_stop(run)
             run.wake.clear()
             try:
                 await asyncio.wait_for(run.wake.wait(), self.idle_close)
+                _check_stop(run)
             except TimeoutError:
                 with self._lock:
                     if not self._pending:
@@ -247,9 +270,11 @@ class ResultWaiter:
 
     async def _sleep(self, run: _Run, delay: float) -> None:
         assert run.wake is not None
+        _check_stop(run)
         run.wake.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(run.wake.wait(), delay)
+        _check_stop(run)
 
     async def _serve(self, run: _Run, conn: psycopg.AsyncConnection[Any]) -> bool:
         """Serve the pending jobs on ``conn`` until it fails (raises) or nothing was
@@ -310,9 +335,11 @@ class ResultWaiter:
                 if loop.time() >= until:
                     run.done = True
                     return True
+            _check_stop(run)
             run.wake.clear()
             try:
                 await asyncio.wait_for(run.wake.wait(), min(self.health_interval, until - loop.time()))
+                _check_stop(run)
             except TimeoutError:
                 await within(self.health_interval, self.db.ping(conn), "health check")
 
@@ -320,6 +347,7 @@ class ResultWaiter:
         """Wait up to ``timeout`` seconds: ``"notify"`` (a NOTIFY came), ``"wake"`` (a job
         was registered) or ``"quiet"`` (neither)."""
         assert run.wake is not None
+        _check_stop(run)
         run.wake.clear()
         with self._lock:  # registered since the last look: no need to wait
             if self._unmarked:
@@ -337,6 +365,7 @@ class ResultWaiter:
             (got,) = await asyncio.gather(listening, return_exceptions=True)
         if isinstance(got, BaseException) and not isinstance(got, asyncio.CancelledError):
             raise got
+        _check_stop(run)
         if got is True:
             return "notify"
         return "wake" if run.wake.is_set() else "quiet"
@@ -369,8 +398,9 @@ class ResultWaiter:
             for fut in futures:
                 _settle(fut, row if row is not None else not_found(job_id))
 
-    def _fail(self, job_ids: list[int], exc: BaseException) -> None:
-        log.error("results waiter cannot read results: %s", exc)
+    def _fail(self, job_ids: list[int], exc: BaseException, *, quiet: bool = False) -> None:
+        if not quiet:
+            log.error("results waiter cannot read results: %s", exc)
         with self._lock:
             entries = [self._pending.pop(i) for i in job_ids if i in self._pending]
             self._unmarked.difference_update(job_ids)
@@ -378,10 +408,15 @@ class ResultWaiter:
             for fut in entry.futures:
                 _settle(fut, exc)
 
-    def _fail_all(self, exc: BaseException) -> None:
+    def _fail_all(self, exc: BaseException, *, quiet: bool = False) -> None:
         with self._lock:
             ids = list(self._pending)
-        self._fail(ids, exc)
+        self._fail(ids, exc, quiet=quiet)
+
+
+def _check_stop(run: _Run) -> None:
+    if run.stop:
+        raise _Stop()
 
 
 def _settle(fut: Future, outcome: ResultRow | BaseException) -> None:
