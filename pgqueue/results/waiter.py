@@ -298,8 +298,13 @@ class ResultWaiter:
             reading = pending if read_all else marking
             if reading:
                 await self._read(conn, reading)
-            elif not pending and await self._idle_on(run, conn):
-                return True
+            with self._lock:
+                idle = not self._pending
+            if idle:
+                if await self._idle_on(run, conn):
+                    return True
+                read_all = False  # woken by a registration: it is read with its marking
+                continue
             next_poll = loop.time() + self.poll_interval
             while True:
                 event = await self._next_event(run, conn, max(0.0, min(self.health_interval, next_poll - loop.time())))
