@@ -289,10 +289,13 @@ class ResultWaiter:
             if marking:
                 try:
                     await within(STATEMENT_TIMEOUT, self.db.mark_awaited(conn, marking), "marking jobs awaited")
-                except BaseException:
+                except (psycopg.OperationalError, asyncio.CancelledError):
                     with self._lock:  # not known to be marked: mark them again
                         self._unmarked.update(i for i in marking if i in self._pending)
                     raise
+                except (psycopg.Error, PgQueueError) as exc:  # not transient: a schema, a privilege
+                    self._fail(marking, exc)
+                    marking = []
             # Jobs marked before this round are covered by their NOTIFY: a registration
             # alone needs only the new ones read.
             reading = pending if read_all else marking
