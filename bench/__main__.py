@@ -31,7 +31,11 @@ QuickOpt = Annotated[bool, typer.Option("--quick", help="Smoke test: tiny sizes,
 def _setup(dsn: str | None, contenders: str | None) -> tuple[str, list[_contenders.Contender]]:
     resolved = _db.resolve_dsn(dsn)
     chosen = []
-    for c in _contenders.get(contenders.split(",") if contenders else None):
+    try:
+        asked = _contenders.get([n.strip() for n in contenders.split(",")] if contenders else None)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--contenders") from None
+    for c in asked:
         missing = c.missing()
         if missing:
             _runner.console.print(f"[yellow]skipping {c.name}: {missing}[/]")
@@ -47,6 +51,7 @@ def _finish(
     json_path: Path | None,
     plot: Path | None,
     columns: tuple[str, ...] | None = None,
+    summary_first: str = "",
 ) -> None:
     result["environment"] = _env.describe(dsn)
     for warning in result.get("warnings", []):
@@ -54,6 +59,9 @@ def _finish(
     if "medians" in result:
         med = _columns(result["medians"], columns) if columns else result["medians"]
         _runner.print_table(title, med, result.get("ratios", {}))
+    if result.get("summary"):
+        title = f"{title}: pgqueue compared with the others (medians of one run)"
+        _runner.print_summary(title, result["summary"], summary_first)
     _runner.write_json(json_path, result)
     if plot is not None:
         from bench import _plot
@@ -68,20 +76,30 @@ def drain(
     contenders: ContOpt = None,
     repeat: RepeatOpt = 3,
     jobs: Annotated[int, typer.Option(help="Jobs to pre-load.")] = 50_000,
-    processes: Annotated[int, typer.Option(help="Worker processes.")] = 1,
-    concurrency: Annotated[int, typer.Option(help="Concurrency per process.")] = 100,
+    processes: Annotated[str, typer.Option(help="Worker processes; several: 1,2 (one run per combination).")] = "1",
+    concurrency: Annotated[str, typer.Option(help="Concurrency per process; several: 4,16,100.")] = "100",
+    raw_same_batch: Annotated[
+        bool, typer.Option(help="Add the raw loop claiming C jobs per round trip (raw-sql-b<C>) to each configuration.")
+    ] = True,
     json_path: JsonOpt = None,
     plot: PlotOpt = None,
     quick: QuickOpt = False,
 ) -> None:
-    """N no-op jobs, W processes x C concurrency: jobs/s to empty the queue."""
+    """N no-op jobs, W processes x C concurrency: jobs/s to empty the queue, WAL and CPU per job."""
     from bench.workloads import drain as w
 
     if quick:
         jobs, repeat = 2_000, 1
+    configs = [w.Config(p, c) for p in _ints(processes, "--processes") for c in _ints(concurrency, "--concurrency")]
     resolved, chosen = _setup(dsn, contenders)
-    result = w.run(resolved, chosen, jobs=jobs, processes=processes, concurrency=concurrency, repeat=repeat)
-    _finish(f"drain: {jobs:,} no-op jobs, {processes} process(es) x {concurrency}", result, resolved, json_path, plot)
+    result = w.run(resolved, chosen, jobs=jobs, configs=configs, repeat=repeat, raw_same_batch=raw_same_batch)
+    for label, part in result["configs"].items():
+        _runner.print_table(
+            f"drain: {jobs:,} no-op jobs, {label} (processes x concurrency)",
+            _columns(part["medians"], DRAIN_COLUMNS),
+            part["ratios"],
+        )
+    _finish("drain", result, resolved, json_path, plot, summary_first="processes x concurrency")
 
 
 @app.command()
@@ -91,30 +109,37 @@ def enqueue(
     repeat: RepeatOpt = 3,
     producers: Annotated[str, typer.Option(help="Producer counts to measure.")] = "1,8",
     duration: Annotated[float, typer.Option(help="Seconds per measurement.")] = 5.0,
-    bulk_jobs: Annotated[int, typer.Option(help="Jobs for the enqueue_many (COPY) figure.")] = 200_000,
+    bulk_batch: Annotated[int, typer.Option(min=2, help="Jobs per bulk call (and transaction).")] = 1_000,
+    bulk_producers: Annotated[str, typer.Option(help="Producer counts for the bulk measurement.")] = "1",
+    bulk_jobs: Annotated[int, typer.Option(help="Jobs for the one-call enqueue_many (COPY) figure.")] = 200_000,
     json_path: JsonOpt = None,
     plot: PlotOpt = None,
     quick: QuickOpt = False,
 ) -> None:
-    """Single enqueues (1 and 8 producers) against a plain INSERT; bulk enqueue_many."""
+    """Single enqueues (1 and 8 producers) against a plain INSERT; bulk against INSERT ... unnest."""
     from bench.workloads import enqueue as w
 
     if quick:
-        producers, duration, bulk_jobs, repeat = "1", 0.5, 2_000, 1
+        producers, duration, bulk_batch, bulk_producers, bulk_jobs, repeat = "1", 0.5, 100, "1", 2_000, 1
     resolved, chosen = _setup(dsn, contenders)
     result = w.run(
         resolved,
         chosen,
-        producer_counts=[int(p) for p in producers.split(",")],
+        producer_counts=_ints(producers, "--producers"),
         duration=duration,
         bulk_jobs=bulk_jobs,
         repeat=repeat,
+        bulk_batch=bulk_batch,
+        bulk_producers=_ints(bulk_producers, "--bulk-producers"),
     )
     for label, part in result["results"].items():
         if "medians" in part:
             _runner.print_table(f"enqueue, {label}", part["medians"], part["ratios"])
-    _runner.console.print(f"enqueue_many: {result['results']['enqueue_many']['median jobs/s']:,.0f} jobs/s")
-    _finish("enqueue", result, resolved, json_path, plot)
+    _runner.console.print(
+        f"enqueue_many of {bulk_jobs:,} jobs in one call: "
+        f"{result['results']['enqueue_many']['median jobs/s']:,.0f} jobs/s"
+    )
+    _finish("enqueue", result, resolved, json_path, plot, summary_first="enqueue")
 
 
 @app.command()
@@ -148,7 +173,7 @@ def latency(
         how = "woken by LISTEN" if mode == "listen" else f"polling every {poll_interval:g}s (--no-listen)"
         _runner.print_table(f"latency, {rate:g} jobs/s, {how}", part["medians"], part["ratios"])
     _print_headline(result)
-    _finish("latency", result, resolved, json_path, plot)
+    _finish("latency", result, resolved, json_path, plot, summary_first="wake-up")
 
 
 @app.command()
@@ -196,6 +221,7 @@ def steady(
         json_path,
         plot,
         STEADY_COLUMNS,
+        summary_first="workload",
     )
 
 
@@ -237,7 +263,7 @@ def contention(
         )
     for scenario, names in result["skipped"].items():
         _runner.console.print(f"[dim]{scenario}: skipped {', '.join(names)} (no multi-queue support here)[/]")
-    _finish("contention", result, resolved, json_path, plot)
+    _finish("contention", result, resolved, json_path, plot, summary_first="scenario")
 
 
 # Shared by xmin and soak: producers saturate the workers, holding back at a queue depth.
@@ -274,6 +300,7 @@ def xmin(
         duration=duration,
         latency=False,
         sample=0.25 if quick else 0.5,
+        cost=False,  # WAL over a long window is too much to read back; steady measures it
     )
     resolved, chosen = _setup(dsn, contenders)
     result = w.run(resolved, chosen, cfg, repeat=repeat)
@@ -317,6 +344,7 @@ def soak(
         latency=False,
         stats_every=min(5.0, every / 2),
         drain_timeout=120,
+        cost=False,
     )
     resolved, chosen = _setup(dsn, contenders)
     result = w.run(resolved, chosen, cfg, every=every, repeat=repeat)
@@ -335,12 +363,33 @@ def soak(
     )
 
 
+def _ints(value: str, option: str) -> list[int]:
+    """A comma-separated list of positive integers, e.g. ``--concurrency 4,16,100``."""
+    try:
+        out = [int(v) for v in value.split(",")]
+    except ValueError:
+        out = []
+    if not out or min(out) < 1:
+        raise typer.BadParameter(f"expected positive integers separated by commas, got {value!r}", param_hint=option)
+    return out
+
+
 def _columns(med: dict[str, dict[str, float]], columns: tuple[str, ...]) -> dict[str, dict[str, float]]:
     """The metrics a table shows (the JSON keeps every one)."""
     return {n: {k: v[k] for k in columns if k in v} for n, v in med.items()}
 
 
-CONTENTION_COLUMNS = ("jobs/s", "drain s", "empty claim %", "lock waits avg", "lock waits max", "lwlock waits avg")
+COST_COLUMNS = ("WAL B/job", "worker CPU us/job", "server CPU us/job")
+DRAIN_COLUMNS = ("jobs/s", "drain s", *COST_COLUMNS)
+CONTENTION_COLUMNS = (
+    "jobs/s",
+    "drain s",
+    "empty claim %",
+    "lock waits avg",
+    "lock waits max",
+    "lwlock waits avg",
+    *COST_COLUMNS,
+)
 XMIN_COLUMNS = ("jobs/s", "depth max", "dead tuples max", "table MB end", "index MB end", "xmin held")
 SOAK_COLUMNS = ("jobs/s", "drift %", "jobs lost", "table MB max", "index MB max", "dead tuples max")
 
@@ -400,7 +449,7 @@ def idle(
     _finish("idle", result, resolved, json_path, None)
 
 
-STEADY_COLUMNS = ("jobs/s", "enqueued/s", "depth max", "depth end", "p50 ms", "p99 ms", "max ms")
+STEADY_COLUMNS = ("jobs/s", "enqueued/s", "depth max", "depth end", "p50 ms", "p99 ms", "max ms", *COST_COLUMNS)
 
 
 def _print_headline(result: dict[str, Any]) -> None:

@@ -12,6 +12,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,10 +55,18 @@ class Contender:
 # -- pgqueue -----------------------------------------------------------------------------
 
 
-def _pgqueue_app(dsn: str | None = None) -> Any:
-    from bench.workers.pgqueue_worker import build_app
+_PGQ_APP: Any = None
 
-    return build_app(dsn or "postgresql://unused")
+
+def _pgqueue_app() -> Any:
+    """The bench app with its no-op task, built once per process: enqueueing needs no DSN,
+    and building it per call would bill pgqueue for set-up a real producer does once."""
+    global _PGQ_APP
+    if _PGQ_APP is None:
+        from bench.workers.pgqueue_worker import build_app
+
+        _PGQ_APP = build_app("postgresql://unused")
+    return _PGQ_APP
 
 
 def _pgqueue_setup(dsn: str) -> None:
@@ -79,14 +88,8 @@ def _pgqueue_preload(conn: Conn, n: int) -> None:
         app.enqueue_many(conn, (noop.job() for _ in range(n)))
 
 
-_PGQ_APP: Any = None
-
-
 def _pgqueue_enqueue_one(conn: Conn, key: str, sent_at: float) -> None:
-    global _PGQ_APP
-    if _PGQ_APP is None:
-        _PGQ_APP = _pgqueue_app()
-    _PGQ_APP.tasks["bench.noop"].enqueue(conn, k=key, t=sent_at)
+    _pgqueue_app().tasks["bench.noop"].enqueue(conn, k=key, t=sent_at)
 
 
 PGQUEUE = Contender(
@@ -148,7 +151,8 @@ def _raw_enqueue_one(conn: Conn, key: str, sent_at: float) -> None:
     )
 
 
-def _raw(batch: int) -> Contender:
+def raw(batch: int) -> Contender:
+    """The raw-SQL loop claiming (and deleting) up to ``batch`` jobs per round trip."""
     return Contender(
         name=f"raw-sql-b{batch}",
         worker_module="bench.workers.raw_worker",
@@ -161,8 +165,9 @@ def _raw(batch: int) -> Contender:
     )
 
 
-RAW_1 = _raw(1)
-RAW_100 = _raw(100)
+RAW_1 = raw(1)
+RAW_100 = raw(100)
+RAW_NAME = re.compile(r"raw-sql-b([1-9][0-9]*)")
 
 CONTENDERS: dict[str, Contender] = {c.name: c for c in (PGQUEUE, PGQUEUE_NO_CURSOR, RAW_1, RAW_100)}
 
@@ -184,8 +189,14 @@ def register(contender: Contender) -> None:
 def get(names: list[str] | None) -> list[Contender]:
     """The contenders asked for (all known ones but variants by default)."""
     _load_peers()
-    chosen = [CONTENDERS[n] for n in names] if names else [c for c in CONTENDERS.values() if not c.variant]
-    return chosen
+    if not names:
+        return [c for c in CONTENDERS.values() if not c.variant]
+    unknown = [n for n in names if n not in CONTENDERS and not RAW_NAME.fullmatch(n)]
+    if unknown:
+        known = ", ".join([*CONTENDERS, "raw-sql-bN"])
+        raise ValueError(f"unknown contender(s) {', '.join(unknown)}; known: {known}")
+    # raw-sql-bN: the raw loop at any batch size, e.g. the concurrency a pgqueue run uses.
+    return [CONTENDERS.get(n) or raw(int(n.removeprefix("raw-sql-b"))) for n in names]
 
 
 def _load_peers() -> None:

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 DEFAULT_DB = "pgqueue_bench"
+
+# The harness's own connections (preloading, polling, sampling) carry this application_name,
+# so the server-CPU figure (bench/_cost.py) can leave them out and count the workers' only.
+HARNESS_APP = "pgqueue-bench"
+
+
+def connect(dsn: str) -> psycopg.Connection[Any]:
+    """An autocommit connection for the harness itself, named :data:`HARNESS_APP`."""
+    return psycopg.connect(dsn, autocommit=True, application_name=HARNESS_APP)
 
 
 def resolve_dsn(dsn: str | None) -> str:

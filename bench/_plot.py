@@ -49,6 +49,8 @@ def _groups(result: dict[str, Any]) -> dict[str, dict[str, dict[str, float]]]:
         return {k: v["medians"] for k, v in result["results"].items() if "medians" in v}
     if result["workload"] == "contention":
         return {k: v["medians"] for k, v in result["scenarios"].items()}
+    if result["workload"] == "drain" and "configs" in result:
+        return {f"{k} (processes x concurrency)": v["medians"] for k, v in result["configs"].items()}
     return {"": result["medians"]}
 
 

@@ -25,6 +25,8 @@ from bench._contenders import Contender
 
 REPO = Path(__file__).resolve().parent.parent
 console = Console(stderr=True)
+# Result tables: wide enough for every column when written to a file or a pipe.
+tables = Console(width=None if sys.stdout.isatty() else 200)
 
 
 @dataclass
@@ -75,6 +77,10 @@ class WorkerGroup:
             if not ready.acquire(timeout=max(deadline - time.monotonic(), 0)):
                 self.stop()
                 raise RuntimeError(f"{self.contender.name} workers did not start within {timeout}s")
+
+    def pids(self) -> list[int]:
+        """The worker processes' ids (for their CPU time, bench/_cost.py)."""
+        return [proc.pid for proc in self._procs]
 
     def _read(self, proc: subprocess.Popen[str], ready: threading.Semaphore) -> None:
         assert proc.stdout is not None
@@ -149,7 +155,7 @@ def medians(runs: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, floa
 
 
 def ratios(med: dict[str, dict[str, float]], metric: str, higher_is_better: bool = True) -> dict[str, float]:
-    """pgqueue against the raw-SQL ceiling and against the best peer, on one metric."""
+    """pgqueue against the raw-SQL ceiling, the best peer and every other contender, on one metric."""
     if "pgqueue" not in med:
         return {}
     ours = med["pgqueue"][metric]
@@ -162,10 +168,50 @@ def ratios(med: dict[str, dict[str, float]], metric: str, higher_is_better: bool
     if peers:
         best = max(peers) if higher_is_better else min(peers)
         out["pgqueue / best peer"] = ours / best if best else float("nan")
-    for name, values in med.items():  # pgqueue's own variants (e.g. pgqueue-baseline): ours / theirs
-        if name.startswith("pgqueue-") and values.get(metric):
+    # Each other contender by name: raw-SQL variants, PgQueuer, procrastinate, and pgqueue's
+    # own variants (e.g. pgqueue-baseline, another revision in the same run).
+    for name, values in med.items():
+        if name != "pgqueue" and values.get(metric):
             out[f"pgqueue / {name}"] = ours / values[metric]
     return out
+
+
+# The per-job costs bench/_cost.py measures -> their column in the closing table, where
+# they are compared with the cheapest raw-SQL variant's.
+COSTS = {"WAL B/job": "WAL / raw", "worker CPU us/job": "worker CPU / raw", "server CPU us/job": "server CPU / raw"}
+
+
+def summary(
+    med: dict[str, dict[str, float]], metric: str = "jobs/s", same_batch: str | None = None
+) -> dict[str, float]:
+    """One row of a workload's closing ratio table: pgqueue's ``metric`` over the raw-SQL
+    ceiling (and over ``same_batch``, a raw variant at comparable settings), PgQueuer,
+    procrastinate and pgqueue-baseline where present; its WAL and CPU per job over raw's
+    (and over the baseline's)."""
+    if "pgqueue" not in med:
+        return {}
+    ours = med["pgqueue"]
+    rat = ratios(med, metric)
+    row: dict[str, float] = {}
+    for label, key in (
+        ("/ raw-sql", "pgqueue / raw-sql ceiling"),
+        ("/ raw same batch", f"pgqueue / {same_batch}"),
+        ("/ pgqueuer", "pgqueue / pgqueuer"),
+        ("/ procrastinate", "pgqueue / procrastinate"),
+        ("/ baseline", "pgqueue / pgqueue-baseline"),
+    ):
+        if key in rat:
+            row[label] = rat[key]
+    for cost, label in COSTS.items():
+        raw = [v[cost] for n, v in med.items() if n.startswith("raw-sql") and v.get(cost, 0) > 0]
+        if raw and cost in ours:
+            row[label] = ours[cost] / min(raw)
+    # Before/after: CPU per job moves far less with the machine's load than jobs/s does.
+    base = med.get("pgqueue-baseline", {})
+    for cost, label in (("WAL B/job", "WAL / baseline"), ("worker CPU us/job", "worker CPU / baseline")):
+        if base.get(cost, 0) > 0 and cost in ours:
+            row[label] = ours[cost] / base[cost]
+    return row
 
 
 def print_table(title: str, med: dict[str, dict[str, float]], rat: dict[str, float], first: str = "contender") -> None:
@@ -178,9 +224,30 @@ def print_table(title: str, med: dict[str, dict[str, float]], rat: dict[str, flo
         table.add_column(m, justify="right")
     for name, values in med.items():
         table.add_row(name, *(f"{values[m]:,.1f}" if m in values else "-" for m in metrics))
-    Console().print(table)
+    tables.print(table)
     for label, value in rat.items():
-        Console().print(f"{label}: [bold]{value:.2f}[/]")
+        tables.print(f"{label}: [bold]{value:.2f}[/]")
+
+
+def print_summary(title: str, rows: dict[str, dict[str, float]], first: str) -> None:
+    """The closing table: one row per configuration or scenario; ratios, and differences
+    in ms (signed) for latency."""
+    columns: list[str] = []
+    for values in rows.values():
+        columns.extend(c for c in values if c not in columns)
+    if not columns:
+        return
+    table = Table(title=title, title_justify="left")
+    table.add_column(first, no_wrap=True)
+    for c in columns:
+        table.add_column(c, justify="right")
+    for name, values in rows.items():
+        table.add_row(name, *(_cell(values[c], c) if c in values else "-" for c in columns))
+    tables.print(table)
+
+
+def _cell(value: float, column: str) -> str:
+    return f"{value:+.2f}" if column.endswith(" ms") else f"{value:.2f}"
 
 
 def write_json(path: Path | None, payload: dict[str, Any]) -> None:

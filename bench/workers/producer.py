@@ -2,13 +2,21 @@
 
 ``--rate 0`` means as fast as possible; otherwise it paces itself to ``--rate`` jobs/s and
 reports ``<key> <commit time>`` for each job (the latency workloads pair these with the
-workers' start reports). ``--contender plain-insert`` inserts one row into a plain table
-instead: the baseline a single enqueue is compared with.
+workers' start reports). It ends with ``DONE <jobs> <seconds> <CPU seconds>``: the CPU
+time (user + system) this process spent enqueueing, start-up excluded.
+``--contender plain-insert`` inserts one row into a plain table instead: the baseline a
+single enqueue is compared with.
+
+``--batch N`` (N > 1) makes each transaction one bulk enqueue of N jobs through the
+contender's bulk path (its ``preload``: pgqueue's ``enqueue_many``, PgQueuer's list
+enqueue, procrastinate's ``batch_defer``); for ``plain-insert`` one
+``INSERT ... SELECT FROM unnest(...)`` of N rows, the raw bulk baseline.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 import uuid
@@ -29,6 +37,41 @@ CREATE TABLE IF NOT EXISTS bench_raw.plain (
 """
 
 
+PLAIN_INSERT = "INSERT INTO bench_raw.plain (task, args) VALUES ('bench.noop', %s::jsonb)"
+# The raw bulk baseline: N rows in one statement, their arguments as one array parameter.
+PLAIN_BULK_INSERT = "INSERT INTO bench_raw.plain (task, args) SELECT 'bench.noop', a FROM unnest(%s::jsonb[]) AS a"
+
+
+def bulk(args: argparse.Namespace) -> None:
+    """``--batch N``: one bulk enqueue of N no-argument jobs per transaction, flat out."""
+    conn = psycopg.connect(args.dsn, autocommit=True)
+    if args.contender == "plain-insert":
+        rows = ["{}"] * args.batch
+
+        def enqueue_many() -> None:
+            with conn.transaction():
+                conn.execute(PLAIN_BULK_INSERT, [rows])
+
+    else:
+        contender = _contenders.get([args.contender])[0]
+
+        def enqueue_many() -> None:
+            contender.preload(conn, args.batch)  # one transaction of its own
+
+    if args.start_at:
+        time.sleep(max(args.start_at - time.time(), 0))
+    start, cpu = time.perf_counter(), time.process_time()
+    end = start + args.duration
+    count = 0
+    while time.perf_counter() < end:
+        enqueue_many()
+        count += args.batch
+    elapsed = time.perf_counter() - start
+    sys.stdout.write(f"DONE {count} {elapsed:.6f} {time.process_time() - cpu:.6f}\n")
+    sys.stdout.flush()
+    conn.close()
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--dsn", required=True)
@@ -36,14 +79,17 @@ def main() -> None:
     p.add_argument("--duration", type=float, default=5.0)
     p.add_argument("--rate", type=float, default=0.0)
     p.add_argument("--start-at", type=float, default=0.0, help="wall-clock time to begin (aligns producers)")
+    p.add_argument("--batch", type=int, default=1, help="jobs per transaction, through the bulk path when > 1")
     args = p.parse_args()
+    if args.batch > 1:
+        bulk(args)
+        return
     conn = psycopg.connect(args.dsn, autocommit=True)
     if args.contender == "plain-insert":
 
         def enqueue(key: str, t: float) -> None:
-            conn.execute(
-                "INSERT INTO bench_raw.plain (task, args) VALUES ('bench.noop', %s::jsonb)", [f'{{"k":"{key}"}}']
-            )
+            # The same arguments a contender's single enqueue carries (bench/_contenders.py).
+            conn.execute(PLAIN_INSERT, [json.dumps({"k": key, "t": t})])
 
     else:
         contender = _contenders.get([args.contender])[0]
@@ -54,7 +100,7 @@ def main() -> None:
     prefix = uuid.uuid4().hex[:8]
     if args.start_at:
         time.sleep(max(args.start_at - time.time(), 0))
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     end = start + args.duration
     count = 0
     reporting = args.rate > 0
@@ -74,7 +120,7 @@ def main() -> None:
             out.write(f"{key} {time.time():.6f}\n")
         count += 1
     elapsed = time.perf_counter() - start
-    out.write(f"DONE {count} {elapsed:.6f}\n")
+    out.write(f"DONE {count} {elapsed:.6f} {time.process_time() - cpu:.6f}\n")
     out.flush()
     conn.close()
 

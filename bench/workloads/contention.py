@@ -25,11 +25,11 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from typing import Any
 
-import psycopg
-
 from bench._contenders import Conn, Contender
+from bench._cost import CostMeter, warnings_for
+from bench._db import connect
 from bench._measure import Sampler, activity_probe
-from bench._runner import WorkerGroup, interleaved, medians, ratios, wait_drained, workers
+from bench._runner import WorkerGroup, interleaved, medians, ratios, summary, wait_drained, workers
 
 SCENARIOS = ("one queue", "queue per process", "all queues")
 
@@ -101,15 +101,18 @@ def run(
             return [group(processes, ("--queues", ",".join(names)))]
         return [group(processes)]
 
+    sources: list[str] = []  # how each run's WAL was measured
+
     def one(lab: str, _rep: int) -> dict[str, float]:
         contender, scenario = plan[lab]
-        with psycopg.connect(dsn, autocommit=True) as conn:
+        with connect(dsn) as conn:
             contender.reset(conn)
             started = groups(contender, scenario)
             with ExitStack() as stack:
                 for g in started:
                     stack.enter_context(workers(g))
                 sampler = Sampler(dsn, activity_probe, 0.1).start()
+                meter = CostMeter(dsn, [pid for g in started for pid in g.pids()]).start()
                 try:
                     t = time.perf_counter()
                     if scenario == "one queue":
@@ -117,19 +120,27 @@ def run(
                     else:
                         MULTI_QUEUE[contender.name](conn, jobs, names)
                     committed = time.perf_counter()
+                    meter.mark()
                     done = wait_drained(conn, contender, timeout)
+                    cost = meter.stop(jobs)
                 finally:
                     samples = sampler.stop()
             # Workers have exited here: their STATS lines are in.
-        return _metrics(jobs, t, committed, done, samples, parse_stats([s for g in started for s in g.stats]))
+            sources.append(meter.wal_source)
+            contender.reset(conn)  # no dead rows left for autovacuum in the next run's window
+        stats = parse_stats([s for g in started for s in g.stats])
+        return {**_metrics(jobs, t, committed, done, samples, stats), **cost}
 
     runs = interleaved(list(plan), repeat, one)
     med = medians(runs)
     per_scenario: dict[str, Any] = {}
+    rows: dict[str, dict[str, float]] = {}
     for scenario in scenarios:
         m = {c.name: med[label(c.name, scenario)] for c in contenders if label(c.name, scenario) in med}
         if m:
             per_scenario[scenario] = {"medians": m, "ratios": ratios(m, "jobs/s")}
+            if row := summary(m):
+                rows[scenario] = row
     return {
         "workload": "contention",
         "params": {
@@ -142,6 +153,9 @@ def run(
         "runs": runs,
         "scenarios": per_scenario,
         "skipped": skipped,
+        "summary": rows,
+        "wal_source": sorted(set(sources)),
+        "warnings": warnings_for(sources),
     }
 
 

@@ -67,6 +67,7 @@ def run(
     runs = interleaved(list(by_label), repeat, one)
     med = medians(runs)
     per_mode: dict[str, Any] = {}
+    rows: dict[str, dict[str, float]] = {}
     warnings: list[str] = []
     for mode in modes:
         m = {c.name: med[label(c.name, mode)] for c in contenders}
@@ -81,6 +82,7 @@ def run(
                 for n in quick
             ]
             compared = {n: v for n, v in m.items() if n not in quick}
+        rows[mode] = differences(compared)
         per_mode[mode] = {
             "medians": m,
             "ratios": {f"{k} (p50)": v for k, v in ratios(compared, "p50 ms", higher_is_better=False).items()},
@@ -98,9 +100,27 @@ def run(
         "runs": runs,
         "modes": per_mode,
         "headline": headline(per_mode, poll_interval),
+        "summary": {mode: row for mode, row in rows.items() if row},
         "warnings": warnings,
         "samples": {lab: sorted(v) for lab, v in samples.items()},
     }
+
+
+def differences(med: dict[str, dict[str, float]]) -> dict[str, float]:
+    """pgqueue's pickup p50 and p99 minus the raw-SQL LISTEN + claim loop's (the best raw
+    variant's), PgQueuer's and pgqueue-baseline's, in ms: positive = pgqueue is slower."""
+    if "pgqueue" not in med:
+        return {}
+    ours = med["pgqueue"]
+    row: dict[str, float] = {}
+    raw = [v for n, v in med.items() if n.startswith("raw-sql")]
+    refs = {"raw-sql": raw, "pgqueuer": [med["pgqueuer"]] if "pgqueuer" in med else []}
+    refs["baseline"] = [med["pgqueue-baseline"]] if "pgqueue-baseline" in med else []
+    for ref, values in refs.items():
+        for q in ("p50", "p99"):
+            if values:
+                row[f"{q} - {ref} ms"] = ours[f"{q} ms"] - min(v[f"{q} ms"] for v in values)
+    return row
 
 
 def headline(per_mode: dict[str, Any], poll_interval: float) -> dict[str, float]:
@@ -112,6 +132,8 @@ def headline(per_mode: dict[str, Any], poll_interval: float) -> dict[str, float]
         raw = [v["p50 ms"] for n, v in listen.items() if n.startswith("raw-sql")]
         if raw:
             out["pgqueue p50 - raw-sql p50 ms"] = listen["pgqueue"]["p50 ms"] - min(raw)
+            raw99 = min(v["p99 ms"] for n, v in listen.items() if n.startswith("raw-sql"))
+            out["pgqueue p99 - raw-sql p99 ms"] = listen["pgqueue"]["p99 ms"] - raw99
         out["pgqueue p50 ms"] = listen["pgqueue"]["p50 ms"]
         out["pgqueue p99 ms"] = listen["pgqueue"]["p99 ms"]
     poll = per_mode.get("poll", {}).get("medians", {})

@@ -21,6 +21,8 @@ from typing import Any
 import psycopg
 
 from bench._contenders import Contender
+from bench._cost import CostMeter, warnings_for
+from bench._db import connect
 from bench._measure import (
     Producers,
     Sampler,
@@ -32,7 +34,7 @@ from bench._measure import (
     vacuum_warnings,
     wait_until,
 )
-from bench._runner import WorkerGroup, console, interleaved, medians, ratios, workers
+from bench._runner import WorkerGroup, console, interleaved, medians, ratios, summary, workers
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ class Steady:
     stats_every: float = 1.0  # seconds between table statistics samples (0: none)
     latency: bool = True
     drain_timeout: float = 10.0  # after the producers stop; a backlog left is counted, not waited out
+    cost: bool = True  # WAL and CPU per job (bench/_cost.py); xmin and soak runs leave it off
 
     def producer_args(self) -> tuple[str, ...]:
         args = ("--rate", str(self.rate), "--batch", str(self.batch), "--max-depth", str(self.max_depth))
@@ -63,12 +66,12 @@ def run_once(
 ) -> tuple[dict[str, float], dict[str, Any]]:
     """One steady run: (summary metrics, timeline). With ``hold_xmin``, another connection
     keeps an idle REPEATABLE READ transaction (and so its snapshot's xmin) open throughout."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with connect(dsn) as conn:
         contender.reset(conn)
         table = job_table(conn, contender)
         holder = None
         if hold_xmin:
-            holder = psycopg.connect(dsn, autocommit=True)
+            holder = connect(dsn)
             holder.execute(HOLD_XMIN)
             holder.execute("SELECT 1")  # takes the snapshot: from here on, backend_xmin is set
         try:
@@ -97,6 +100,9 @@ def _during(
     depth = Sampler(dsn, count_probe(contender.remaining_sql), cfg.sample).start()
     stats = Sampler(dsn, table_probe(table), cfg.stats_every).start() if table and cfg.stats_every else None
     producers = Producers(dsn, contender.name, cfg.producers, cfg.duration, extra=cfg.producer_args())
+    # From just before the producers start until the backlog is drained: WAL and server CPU
+    # cover enqueue and run (the producers' backends count), worker CPU the workers only.
+    meter = CostMeter(dsn, group.pids()).start() if cfg.cost else None
     try:
         start_at = producers.start()
         enqueued = producers.wait()
@@ -105,6 +111,8 @@ def _during(
         depth.samples.append((end_at, left))
     except BaseException:
         producers.kill()
+        if meter is not None:
+            meter.stop(0)
         depth.stop()
         if stats:
             stats.stop()
@@ -113,6 +121,7 @@ def _during(
     t = time.perf_counter()
     drained = wait_until(lambda: _count(conn, contender.remaining_sql) == 0, cfg.drain_timeout, 0.05)
     drain_s = time.perf_counter() - t
+    cost = meter.stop(enqueued) if meter is not None else {}
     if not drained:
         late = f"{contender.name}: backlog not drained {cfg.drain_timeout:.0f}s after the producers stopped"
         console.print(f"[yellow]{late}[/]")
@@ -128,6 +137,7 @@ def _during(
         "depth max": float(max((d for at, d in depth_samples if at <= end_at), default=0)),
         "depth end": float(left),
         "drain s": drain_s,
+        **cost,
     }
     if stat_samples:
         last = stat_samples[-1][1]
@@ -140,6 +150,7 @@ def _during(
         )
     timeline = _timeline(start_at, end_at, depth_samples, producers.commits, cfg.batch)
     timeline["table"] = table
+    timeline["wal_source"] = meter.wal_source if meter is not None else None
     timeline["stats"] = [{"t": round(at - start_at, 3), **s} for at, s in stat_samples]
     timeline["_sent"] = producers.sent
     return metrics, timeline
@@ -195,16 +206,22 @@ def run(dsn: str, contenders: list[Contender], cfg: Steady, *, repeat: int) -> d
     def one(name: str, _rep: int) -> dict[str, float]:
         metrics, timeline = run_once(dsn, by_name[name], cfg)
         timelines[name].append(timeline)
+        with connect(dsn) as conn:  # no dead rows left for autovacuum in the next run's window
+            by_name[name].reset(conn)
         return metrics
 
     runs = interleaved(list(by_name), repeat, one)
     med = medians(runs)
+    sources = [tl["wal_source"] for tls in timelines.values() for tl in tls if tl["wal_source"]]
+    row = summary(med)
     return {
         "workload": "steady",
         "params": {**asdict(cfg), "repeat": repeat},
-        "warnings": vacuum_warnings(dsn),
+        "warnings": vacuum_warnings(dsn) + warnings_for(sources),
+        "wal_source": sorted(set(sources)),
         "runs": runs,
         "medians": med,
         "ratios": ratios(med, "jobs/s"),
+        "summary": {"steady": row} if row else {},
         "timelines": timelines,
     }

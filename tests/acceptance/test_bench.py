@@ -7,6 +7,7 @@ JSON result and that its figures are sane. No timing thresholds: CI machines are
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -40,11 +41,47 @@ def positive(metrics: dict[str, float], *keys: str) -> None:
         assert metrics[key] > 0, f"{key} = {metrics[key]}"
 
 
+COSTS = ("WAL B/job", "worker CPU us/job", "server CPU us/job")
+
+
+def costs(metrics: dict[str, float]) -> None:
+    """WAL, worker CPU and server CPU per job were measured (PostgreSQL runs on this machine
+    in the tests, with or without a reachable server). CPU is counted in 10 ms ticks, so a
+    quick run of a fast contender can read 0; WAL cannot."""
+    positive(metrics, "WAL B/job")
+    for key in COSTS[1:]:
+        assert metrics[key] >= 0, f"{key} = {metrics[key]}"
+
+
 def test_drain(dsn: str, tmp_path: Path) -> None:
-    data = bench(dsn, tmp_path, "drain")
-    for name in NAMES:
-        positive(data["medians"][name], "jobs/s", "drain s")
-    assert data["ratios"]["pgqueue / raw-sql ceiling"] > 0
+    data = bench(dsn, tmp_path, "drain", "--processes", "1,2", "--concurrency", "4")
+    assert list(data["configs"]) == ["1 x 4", "2 x 4"]
+    for part in data["configs"].values():
+        # The raw loop at the same batch as pgqueue's concurrency joins every configuration.
+        assert set(part["medians"]) == {*NAMES, "raw-sql-b4"}
+        for m in part["medians"].values():
+            positive(m, "jobs/s", "drain s")
+            costs(m)
+            assert m["WAL enqueue B/job"] + m["WAL run B/job"] == pytest.approx(m["WAL B/job"])
+        assert part["ratios"]["pgqueue / raw-sql ceiling"] > 0
+        assert part["ratios"]["pgqueue / raw-sql-b4"] > 0
+    assert set(data["summary"]) == {"1 x 4", "2 x 4"}
+    for row in data["summary"].values():
+        assert {"/ raw-sql", "/ raw same batch", "WAL / raw"} <= set(row)
+    assert data["summary"]["2 x 4"]["/ 1 process"] == pytest.approx(
+        data["configs"]["2 x 4"]["medians"]["pgqueue"]["jobs/s"]
+        / data["configs"]["1 x 4"]["medians"]["pgqueue"]["jobs/s"]
+    )
+    assert data["wal_source"]
+
+
+def test_drain_rejects_bad_input(dsn: str) -> None:
+    result = CliRunner().invoke(app, ["drain", "--quick", "--dsn", dsn, "--concurrency", "4,x"])
+    assert result.exit_code != 0
+    assert "--concurrency" in result.output
+    result = CliRunner().invoke(app, ["drain", "--quick", "--dsn", dsn, "--contenders", "pgqueue,nosuch"])
+    assert result.exit_code != 0
+    assert "nosuch" in result.output
 
 
 def test_enqueue(dsn: str, tmp_path: Path) -> None:
@@ -52,7 +89,15 @@ def test_enqueue(dsn: str, tmp_path: Path) -> None:
     medians = data["results"]["1 producers"]["medians"]
     for name in ("plain-insert", *NAMES):
         positive(medians[name], "jobs/s")
+    # Bulk: each contender's bulk path against INSERT ... SELECT FROM unnest of the same rows.
+    bulk = data["results"]["bulk 100 per call, 1 producers"]
+    for name in ("plain-insert", *NAMES):
+        positive(bulk["medians"][name], "jobs/s")
+    assert bulk["ratios"]["pgqueue / plain insert"] > 0
     assert data["results"]["enqueue_many"]["median jobs/s"] > 0
+    rows = data["summary"]
+    assert rows["single, 1 producers"]["/ plain insert"] > 0
+    assert rows["bulk 100 per call, 1 producers (plain: INSERT ... unnest)"]["/ plain insert"] > 0
 
 
 def test_latency(dsn: str, tmp_path: Path) -> None:
@@ -67,10 +112,18 @@ def test_latency(dsn: str, tmp_path: Path) -> None:
             assert data["samples"][name if mode == "listen" else f"{name} (poll)"]
         # Polling never waits much longer than one interval (generous: CI is noisy).
         assert data["modes"]["poll"]["medians"]["pgqueue"]["max ms"] < poll_ms * 5 + 1000
-    assert {"pgqueue p50 - raw-sql p50 ms", "pgqueue p99 ms", "pgqueue poll max - poll interval ms"} <= set(
-        data["headline"]
-    )
+    assert {
+        "pgqueue p50 - raw-sql p50 ms",
+        "pgqueue p99 - raw-sql p99 ms",
+        "pgqueue p99 ms",
+        "pgqueue poll max - poll interval ms",
+    } <= set(data["headline"])
     assert "pgqueue / raw-sql ceiling (p50)" in data["modes"]["listen"]["ratios"]
+    # The differences in ms, per wake-up mode.
+    listen = data["modes"]["listen"]["medians"]
+    diff = data["summary"]["listen"]
+    assert diff["p50 - raw-sql ms"] == pytest.approx(listen["pgqueue"]["p50 ms"] - listen["raw-sql-b100"]["p50 ms"])
+    assert "p99 - raw-sql ms" in diff
 
 
 def test_steady(dsn: str, tmp_path: Path) -> None:
@@ -80,10 +133,12 @@ def test_steady(dsn: str, tmp_path: Path) -> None:
         positive(m, "jobs/s", "enqueued", "enqueued/s", "p50 ms")
         assert m["depth end"] >= 0
         assert m["depth max"] >= 0
+        costs(m)
         timeline = data["timelines"][name][0]
         assert len(timeline["t"]) == len(timeline["depth"]) == len(timeline["jobs/s"]) > 2
         assert timeline["completed"][-1] > 0
     assert data["ratios"]["pgqueue / raw-sql ceiling"] > 0
+    assert data["summary"]["steady"]["WAL / raw"] > 0
 
 
 def test_contention(dsn: str, tmp_path: Path) -> None:
@@ -95,9 +150,12 @@ def test_contention(dsn: str, tmp_path: Path) -> None:
     for part in scenarios.values():
         m = part["medians"]["pgqueue"]
         positive(m, "jobs/s", "claims")
+        costs(m)
         assert 0 <= m["empty claim %"] <= 100
         assert m["lock waits max"] >= m["lock waits avg"] >= 0
     positive(scenarios["one queue"]["medians"]["raw-sql-b100"], "jobs/s")
+    costs(scenarios["one queue"]["medians"]["raw-sql-b100"])
+    assert data["summary"]["one queue"]["/ raw-sql"] > 0
 
 
 def test_xmin(dsn: str, tmp_path: Path) -> None:
@@ -125,6 +183,7 @@ def test_plot(dsn: str, tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     png = tmp_path / "drain.png"
     data = bench(dsn, tmp_path, "drain", "--plot", str(png))
+    medians = data["configs"]["1 x 100"]["medians"]
     assert png.read_bytes().startswith(b"\x89PNG")
     # Every other kind of chart, drawn from hand-made results of the same shape.
     from bench import _plot
@@ -143,8 +202,8 @@ def test_plot(dsn: str, tmp_path: Path) -> None:
             "params": {"modes": ["listen", "poll"], "poll_interval": 0.2},
             "samples": {"pgqueue": [1.0, 2.0, 3.0], "pgqueue (poll)": [50.0, 150.0]},
         },
-        {"workload": "contention", "scenarios": {"one queue": {"medians": data["medians"]}}},
-        {"workload": "enqueue", "results": {"1 producers": {"medians": data["medians"]}, "enqueue_many": {}}},
+        {"workload": "contention", "scenarios": {"one queue": {"medians": medians}}},
+        {"workload": "enqueue", "results": {"1 producers": {"medians": medians}, "enqueue_many": {}}},
         *({"workload": w, "timelines": {"pgqueue": [timeline]}} for w in ("steady", "xmin", "soak")),
     ]
     for result in results:
@@ -172,3 +231,52 @@ def test_idle(dsn: str, tmp_path: Path) -> None:
     assert data["queries/s"] >= 0
     assert data["CPU %"] >= 0
     assert data["seconds"] >= 2
+
+
+def test_baseline_contender(dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # This very checkout as the "baseline" revision: its processes run from another
+    # directory's code (here the same), and the tables gain the before/after ratios.
+    from bench import _contenders
+    from bench._runner import REPO
+
+    baseline = dataclasses.replace(
+        _contenders.PGQUEUE, name="pgqueue-baseline", variant=True, checkout=str(REPO), name_there="pgqueue"
+    )
+    monkeypatch.setitem(_contenders.CONTENDERS, "pgqueue-baseline", baseline)
+    data = bench(dsn, tmp_path, "enqueue", contenders="pgqueue,pgqueue-baseline")
+    bulk = data["results"]["bulk 100 per call, 1 producers"]["medians"]
+    assert {"plain-insert", "pgqueue", "pgqueue-baseline"} == set(bulk)  # its producer takes --batch
+    for row in data["summary"].values():
+        assert row["/ baseline"] > 0
+
+
+def test_summary_row() -> None:
+    from bench._runner import summary
+
+    med = {
+        "pgqueue": {"jobs/s": 5_000.0, "WAL B/job": 1_000.0, "worker CPU us/job": 40.0},
+        "pgqueue-baseline": {"jobs/s": 4_000.0, "WAL B/job": 1_250.0, "worker CPU us/job": 50.0},
+        "raw-sql-b100": {"jobs/s": 20_000.0, "WAL B/job": 500.0, "worker CPU us/job": 5.0},
+        "raw-sql-b16": {"jobs/s": 10_000.0, "WAL B/job": 400.0, "worker CPU us/job": 10.0},
+        "pgqueuer": {"jobs/s": 2_500.0},
+    }
+    row = summary(med, same_batch="raw-sql-b16")
+    assert row["/ raw-sql"] == pytest.approx(0.25)  # the best raw variant's throughput
+    assert row["/ raw same batch"] == pytest.approx(0.5)
+    assert row["/ pgqueuer"] == pytest.approx(2.0)
+    assert row["/ baseline"] == pytest.approx(1.25)
+    assert row["WAL / raw"] == pytest.approx(2.5)  # the cheapest raw variant's WAL
+    assert row["worker CPU / raw"] == pytest.approx(8.0)
+    assert row["WAL / baseline"] == pytest.approx(0.8)
+    assert row["worker CPU / baseline"] == pytest.approx(0.8)
+    assert summary({"raw-sql-b100": med["raw-sql-b100"]}) == {}
+
+
+def test_wal_fallback_warning() -> None:
+    from bench._cost import warnings_for
+
+    assert warnings_for(["pg_walinspect (this database)"]) == []
+    lost = "pg_current_wal_insert_lsn (whole cluster; pg_walinspect failed: requested WAL segment pg_wal/{} gone)"
+    (warning,) = warnings_for([lost.format("0001"), lost.format("0002"), "pg_walinspect (this database)"])
+    assert "in 2 run(s)" in warning
+    assert "pg_wal/..." in warning

@@ -239,8 +239,15 @@ async def test_worker_rides_out_a_server_that_refuses_new_connections(
                         [f"pgqueue worker {os.getpid()}"],
                     )
                     job_id = noop.enqueue(admin)
+                    # Wait for the claim's own line: other services (the tick) hit the empty
+                    # pool too, and under load one of them may say so first.
                     await async_wait_until(
-                        lambda: any("pool is exhausted" in r.getMessage() for r in caplog.records), timeout=90
+                        lambda: any(
+                            r.getMessage().startswith("claim failed (couldn't get a connection")
+                            and "pool is exhausted" in r.getMessage()
+                            for r in caplog.records
+                        ),
+                        timeout=90,
                     )
                     assert done == []
                     admin.execute("ALTER ROLE app CONNECTION LIMIT -1")
