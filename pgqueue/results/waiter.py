@@ -115,6 +115,9 @@ class ResultWaiter:
             error = self._timeout(job_id, timeout)
             fut.cancel()
             raise error from None
+        except BaseException:  # interrupted (or the wait failed): stop waiting
+            fut.cancel()
+            raise
         return value_of(row)
 
     async def wait_async(self, job_id: int, timeout: float | None) -> Any:
@@ -208,9 +211,9 @@ class ResultWaiter:
             asyncio.run(self._main(run))
         except _Stop:
             self._fail_all(PgQueueError("the results waiter was closed"), quiet=True)
-        except BaseException:  # a daemon thread: say why it died, and let callers know
+        except BaseException as exc:  # a daemon thread: say why it died, and let callers know
             log.exception("results waiter stopped")
-            self._fail_all(PgQueueError("the results waiter stopped unexpectedly (see the log)"))
+            self._fail_all(PgQueueError(f"the results waiter stopped: {exc!r}"))
         finally:
             with self._lock:
                 run.done = True
