@@ -13,6 +13,8 @@ import importlib.util
 import json
 import os
 import re
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,6 +104,50 @@ PGQUEUE = Contender(
     remaining_sql="SELECT count(*) FROM pgqueue.jobs_live",
 )
 
+# pgqueue whose handler returns a small dict, stored as each job's result: what results
+# cost the completion (`--contenders pgqueue,pgqueue-result`).
+PGQUEUE_RESULT = dataclasses.replace(PGQUEUE, name="pgqueue-result", worker_args=("--result", "1"), variant=True)
+
+# pgqueue-result with another process waiting for every job's result (bench/workers/awaiter.py):
+# the jobs are loaded as scheduled, the awaiter marks them all awaited (READY), then they
+# become available in one commit, which starts the clock. The awaiter's backend counts in
+# the server CPU; it must have got every result when the run is reset.
+_awaiter: list[subprocess.Popen[str]] = []
+
+
+def _awaited_preload(conn: Conn, n: int) -> None:
+    app = _pgqueue_app()
+    noop = app.tasks["bench.noop"].options(delay=3600)
+    with conn.transaction():
+        app.enqueue_many(conn, (noop.job() for _ in range(n)))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.workers.awaiter", "--dsn", conn.info.dsn, "--count", str(n)],
+        cwd=Path(__file__).resolve().parents[1],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    _awaiter.append(proc)
+    assert proc.stdout is not None
+    if proc.stdout.readline() != "READY\n":
+        raise RuntimeError("the awaiter did not start")
+    with conn.transaction():
+        conn.execute("UPDATE pgqueue.jobs_live SET state = 'available', run_at = now() WHERE state = 'scheduled'")
+        conn.execute("SELECT pg_notify('pgqueue_wakeup', 'default')")
+
+
+def _awaited_reset(conn: Conn) -> None:
+    while _awaiter:
+        proc = _awaiter.pop()
+        out, _ = proc.communicate(timeout=300)
+        if proc.returncode != 0 or " errors=0" not in out:
+            raise RuntimeError(f"the awaiter did not get every result: {out.strip()!r} (exit {proc.returncode})")
+    _pgqueue_reset(conn)
+
+
+PGQUEUE_AWAITED = dataclasses.replace(
+    PGQUEUE_RESULT, name="pgqueue-awaited", preload=_awaited_preload, reset=_awaited_reset
+)
+
 # pgqueue with the claim cursor off (pgqueue/_claim_cursor.py): an A/B variant for xmin.
 PGQUEUE_NO_CURSOR = dataclasses.replace(
     PGQUEUE, name="pgqueue-nocursor", worker_args=("--claim-cursor-threshold", "0"), variant=True
@@ -169,7 +215,9 @@ RAW_1 = raw(1)
 RAW_100 = raw(100)
 RAW_NAME = re.compile(r"raw-sql-b([1-9][0-9]*)")
 
-CONTENDERS: dict[str, Contender] = {c.name: c for c in (PGQUEUE, PGQUEUE_NO_CURSOR, RAW_1, RAW_100)}
+CONTENDERS: dict[str, Contender] = {
+    c.name: c for c in (PGQUEUE, PGQUEUE_NO_CURSOR, PGQUEUE_RESULT, PGQUEUE_AWAITED, RAW_1, RAW_100)
+}
 
 # pgqueue as of another revision, for before/after comparisons in one run: point
 # $PGQUEUE_BENCH_BASELINE at a checkout of it (e.g. `git worktree add /tmp/base <rev>`) and ask

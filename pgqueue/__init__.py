@@ -14,10 +14,14 @@ from .errors import (
     EnqueueError,
     InvalidArgumentsError,
     InvalidQueueError,
+    JobFailed,
+    JobNotFinishedError,
     JobNotFoundError,
     MigrationError,
     PayloadTooLargeError,
     PgQueueError,
+    ResultError,
+    ResultTimeout,
     Retry,
     SchemaNotInstalledError,
     Snooze,
@@ -25,6 +29,7 @@ from .errors import (
     UnknownTaskError,
 )
 from .models import Job, JobContext, JobSpec, JobState
+from .results.handle import JobHandle
 from .retry import Backoff
 from .unique import Unique
 from .worker.worker import Worker
@@ -41,6 +46,9 @@ __all__ = [
     "InvalidQueueError",
     "Job",
     "JobContext",
+    "JobFailed",
+    "JobHandle",
+    "JobNotFinishedError",
     "JobNotFoundError",
     "UnknownQueueError",
     "JobSpec",
@@ -48,6 +56,8 @@ __all__ = [
     "MigrationError",
     "PayloadTooLargeError",
     "PgQueueError",
+    "ResultError",
+    "ResultTimeout",
     "Retry",
     "Schedule",
     "SchemaNotInstalledError",

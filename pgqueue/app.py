@@ -2,12 +2,15 @@
 
 :class:`App` and :class:`Task` live together: ``@app.task`` makes a Task, and a Task's
 ``app`` is its App (the enqueue API goes through both). That is why this module is
-about 470 lines: the whole declaration API, where users read it. What the worker needs
+about 560 lines: the whole declaration API (tasks, schedules, enqueue, results), where
+users read it. What the worker needs
 of a task is :class:`pgqueue.task.TaskDef`, which the runtime uses instead.
 """
 
 from __future__ import annotations
 
+import math
+import threading
 from collections.abc import AsyncIterable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -17,12 +20,17 @@ import psycopg
 
 from . import _dsn, _enqueue
 from ._db import enqueue as _enqueue_db
+from ._db.results import ResultsDB
 from ._db.sql import validate_schema
 from .config import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, WorkerConfig, validate_queue
 from .cron import schedule as _cron
 from .errors import ConfigError, InvalidArgumentsError, UnknownTaskError
 from .migrate import migrate
 from .models import JobSpec
+from .results.encode import DEFAULT_MAX_RESULT_BYTES, check_max_result_bytes
+from .results.handle import JobHandle
+from .results.outcome import result_of
+from .results.waiter import ResultWaiter
 from .retry import Backoff
 from .task import TaskDef
 from .unique import Unique
@@ -143,13 +151,15 @@ class Task(TaskDef, Generic[P, R]):
             defaults=self.args_checker.defaults,
         )
 
-    def enqueue(self, conn: psycopg.Connection[Any], **kwargs: Any) -> int:
-        """Enqueue in ``conn``'s current transaction; returns the job id."""
-        return _enqueue_db.enqueue_one(conn, self.app.schema, self.job(**kwargs))
+    def enqueue(self, conn: psycopg.Connection[Any], **kwargs: Any) -> JobHandle:
+        """Enqueue in ``conn``'s current transaction; returns the job's id as a
+        :class:`~pgqueue.JobHandle` (an ``int`` that can also wait for the result)."""
+        return JobHandle(_enqueue_db.enqueue_one(conn, self.app.schema, self.job(**kwargs)), self.app)
 
-    async def enqueue_async(self, conn: psycopg.AsyncConnection[Any], **kwargs: Any) -> int:
-        """Enqueue in ``conn``'s current transaction; returns the job id."""
-        return await _enqueue_db.enqueue_one_async(conn, self.app.schema, self.job(**kwargs))
+    async def enqueue_async(self, conn: psycopg.AsyncConnection[Any], **kwargs: Any) -> JobHandle:
+        """Enqueue in ``conn``'s current transaction; returns the job's
+        :class:`~pgqueue.JobHandle`."""
+        return JobHandle(await _enqueue_db.enqueue_one_async(conn, self.app.schema, self.job(**kwargs)), self.app)
 
 
 class _TaskDecorator(Protocol):
@@ -170,6 +180,7 @@ class App:
         schema: str = "pgqueue",
         *,
         max_payload_bytes: int = _enqueue.DEFAULT_MAX_PAYLOAD_BYTES,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
         worker_config: WorkerConfig | None = None,
     ) -> None:
         self._dsn = dsn
@@ -179,6 +190,10 @@ class App:
         if max_payload_bytes < 1:
             raise ConfigError("max_payload_bytes must be positive")
         self.max_payload_bytes = max_payload_bytes
+        #: Largest result a handler may return, in bytes of JSON; a bigger one discards its job.
+        self.max_result_bytes = check_max_result_bytes(max_result_bytes)
+        self._waiter: ResultWaiter | None = None
+        self._waiter_lock = threading.Lock()
         self.worker_config = worker_config or WorkerConfig()
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.schedules: dict[str, _cron.Schedule] = {}
@@ -215,6 +230,8 @@ class App:
             self._dsn, self._dsn_source, self._database = dsn, source, None
         if schema:
             self.schema = validate_schema(schema)
+        if dsn or schema:
+            self._waiter = None  # waits from now on go to the new database (the old waiter idles out)
 
     @overload
     def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
@@ -443,11 +460,12 @@ class App:
 
     # -- enqueue by name ----------------------------------------------------------------
 
-    def enqueue(self, conn: psycopg.Connection[Any], task: str, /, **kwargs: Any) -> int:
-        """Enqueue a registered task by name in ``conn``'s current transaction."""
+    def enqueue(self, conn: psycopg.Connection[Any], task: str, /, **kwargs: Any) -> JobHandle:
+        """Enqueue a registered task by name in ``conn``'s current transaction; returns the
+        job's :class:`~pgqueue.JobHandle`."""
         return self.get_task(task).enqueue(conn, **kwargs)
 
-    async def enqueue_async(self, conn: psycopg.AsyncConnection[Any], task: str, /, **kwargs: Any) -> int:
+    async def enqueue_async(self, conn: psycopg.AsyncConnection[Any], task: str, /, **kwargs: Any) -> JobHandle:
         return await self.get_task(task).enqueue_async(conn, **kwargs)
 
     def enqueue_many(self, conn: psycopg.Connection[Any], jobs: Iterable[JobSpec]) -> int:
@@ -456,6 +474,8 @@ class App:
         ``jobs`` may be any iterable, consumed as a stream (memory stays flat). Jobs with a
         ``unique_key`` (or unique rules) go through the deduplicating path instead of COPY,
         after the others, in key order (so that two batches sharing keys cannot deadlock).
+        It returns a count, not handles: COPY does not send the new ids back (enqueue the
+        jobs whose results you want one by one, or find them with ``pgqueue.ops``).
         """
         return _enqueue_db.enqueue_many(conn, self.schema, jobs)
 
@@ -463,6 +483,46 @@ class App:
         self, conn: psycopg.AsyncConnection[Any], jobs: Iterable[JobSpec] | AsyncIterable[JobSpec]
     ) -> int:
         return await _enqueue_db.enqueue_many_async(conn, self.schema, jobs)
+
+    # -- results ------------------------------------------------------------------------
+
+    def handle(self, job_id: int) -> JobHandle:
+        """A :class:`~pgqueue.JobHandle` for a job id kept from earlier (a handle made by
+        enqueue is one already), to wait for its result."""
+        return JobHandle(_check_job_id(job_id), self)
+
+    def result(self, conn: psycopg.Connection[Any], job_id: int) -> Any:
+        """The result of a finished job, read now on ``conn`` (in its transaction, if one is
+        open): what its handler returned (None when it returned None). Never waits.
+
+        Raises:
+            JobNotFinishedError: the job is still waiting or running (``.state`` says which).
+            JobFailed: the job was discarded, cancelled or expired (carries its last error).
+            JobNotFoundError: no job has this id (never committed, or removed by retention).
+        """
+        job_id = _check_job_id(job_id)
+        return result_of(job_id, ResultsDB(self.schema).read_sync(conn, [job_id]))
+
+    async def result_async(self, conn: psycopg.AsyncConnection[Any], job_id: int) -> Any:
+        """:meth:`result` on an asyncio connection."""
+        job_id = _check_job_id(job_id)
+        return result_of(job_id, await ResultsDB(self.schema).read(conn, [job_id]))
+
+    def wait_result(self, job_id: int, timeout: float | None) -> Any:
+        """Block until job ``job_id`` finished and return its result (what
+        :meth:`JobHandle.result <pgqueue.JobHandle.result>` does)."""
+        return self._result_waiter().wait(_check_job_id(job_id), _check_timeout(timeout))
+
+    async def wait_result_async(self, job_id: int, timeout: float | None) -> Any:
+        """Await job ``job_id``'s result (what ``JobHandle.result_async`` does)."""
+        return await self._result_waiter().wait_async(_check_job_id(job_id), _check_timeout(timeout))
+
+    def _result_waiter(self) -> ResultWaiter:
+        """The process's waiter for this app's database (made on first use)."""
+        with self._waiter_lock:
+            if self._waiter is None:
+                self._waiter = ResultWaiter(lambda: self.dsn, self.schema)
+            return self._waiter
 
     # -- operations ---------------------------------------------------------------------
 
@@ -475,3 +535,17 @@ class App:
         """A :class:`~pgqueue.Worker` for this app (not started)."""
         cfg = replace(config or self.worker_config, **overrides)
         return Worker(self, cfg)
+
+
+def _check_job_id(job_id: int) -> int:
+    if isinstance(job_id, bool) or not isinstance(job_id, int):
+        raise ConfigError(f"a job id is an int, got {job_id!r}")
+    return int(job_id)
+
+
+def _check_timeout(timeout: float | None) -> float | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or math.isnan(timeout) or timeout < 0:
+        raise ConfigError(f"timeout must be None (no limit) or seconds >= 0, got {timeout!r}")
+    return None if math.isinf(timeout) else float(timeout)

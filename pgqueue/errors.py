@@ -14,7 +14,11 @@
     │   ├── PayloadTooLargeError
     │   └── InvalidQueueError
     ├── UnknownQueueError           an operator named a queue no worker serves and no job is in
-    └── JobNotFoundError
+    ├── JobNotFoundError
+    ├── JobNotFinishedError         a result was asked of a job still waiting or running
+    │   └── ResultTimeout           ... and it did not finish in the time given (a TimeoutError)
+    ├── JobFailed                   the job ended without a result: discarded, cancelled or expired
+    └── ResultError                 a handler returned what cannot be stored (the job is discarded)
 
     JobControl (raised by handlers; not errors)
     ├── Retry(after=...)            try again later (counts as an attempt)
@@ -37,10 +41,14 @@ __all__ = [
     "InvalidArgumentsError",
     "InvalidQueueError",
     "JobControl",
+    "JobFailed",
+    "JobNotFinishedError",
     "JobNotFoundError",
     "MigrationError",
     "PayloadTooLargeError",
     "PgQueueError",
+    "ResultError",
+    "ResultTimeout",
     "Retry",
     "SchemaNotInstalledError",
     "Snooze",
@@ -169,6 +177,57 @@ class UnknownQueueError(PgQueueError, LookupError):
 
 class JobNotFoundError(PgQueueError, LookupError):
     """No job with this id."""
+
+
+class JobNotFinishedError(PgQueueError):
+    """The job has not finished yet: it has no result to give."""
+
+    def __init__(self, message: str | None = None, *, job_id: int | None = None, state: str | None = None) -> None:
+        super().__init__(message)
+        #: The job asked about, and the state it was last seen in (None: not seen yet).
+        self.job_id = job_id
+        self.state = state
+
+
+class ResultTimeout(JobNotFinishedError, TimeoutError):  # noqa: N818 - the name users look for
+    """The job did not finish within the time given."""
+
+
+class JobFailed(PgQueueError):  # noqa: N818 - what happened to the job, not an error of the call
+    """The job ended without a result: discarded, cancelled (by a handler, an operator or
+    its deadline) or expired. Carries its id, final state and last error."""
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        job_id: int | None = None,
+        state: str | None = None,
+        error_type: str | None = None,
+        error_message: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+        #: ``discarded`` or ``cancelled`` (a :class:`~pgqueue.JobState`).
+        self.state = state
+        #: The last error recorded for the job (None: none, e.g. an operator cancelled it
+        #: before it ever ran): its type, as ``module.QualifiedName``, and its message.
+        self.error_type = error_type
+        self.error_message = error_message
+
+    @property
+    def expired(self) -> bool:
+        """True when the job was cancelled because it had not started by its deadline."""
+        return self.error_type == EXPIRED_ERROR_TYPE
+
+
+#: The error type recorded on a job cancelled by its deadline (``expires_at``).
+EXPIRED_ERROR_TYPE = "pgqueue.Expired"
+
+
+class ResultError(PgQueueError, ValueError):
+    """A handler returned a value that cannot be stored as its job's result (not JSON, or
+    over ``App(max_result_bytes=...)``). The job is discarded: no retry can fix it."""
 
 
 class JobControl(Exception):  # noqa: N818 - signals, not errors

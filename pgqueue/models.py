@@ -166,6 +166,8 @@ class Outcome:
     state: JobState  # retryable, completed, discarded, cancelled; available/scheduled: snoozed
     delay: float = 0.0  # seconds before the next attempt (retryable and snoozed only)
     error: Mapping[str, Any] | None = None
+    #: completed only: the handler's return value as JSON text (None: it returned None).
+    result: str | None = None
 
     @property
     def snoozed(self) -> bool:

@@ -213,6 +213,17 @@ BEGIN
     IF to_regclass(format('%I.unique_keys', {schema_name})) IS NOT NULL THEN
         EXECUTE format('GRANT DELETE ON %I.unique_keys TO %I', {schema_name}, {worker_name});
     END IF;
+    -- Results: a producer may wait for the results of jobs (handle.result()). It marks
+    -- jobs as awaited (one boolean of the live partition, nothing else) and reads results
+    -- through job_results(), which runs as the owner and shows of a failed job only its
+    -- last error's type and message: args and full errors stay unreadable. Workers (a
+    -- handler may wait for another job) and the inspector may call it too.
+    IF to_regprocedure(format('%I.job_results(bigint[])', {schema_name})) IS NOT NULL THEN
+        EXECUTE format('ALTER FUNCTION %I.job_results(bigint[]) SECURITY DEFINER', {schema_name});
+        EXECUTE format('GRANT SELECT (awaited), UPDATE (awaited) ON %I.jobs_live TO %I', {schema_name}, {producer_name});
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %I.job_results(bigint[]) TO %I, %I, %I',
+                       {schema_name}, {producer_name}, {worker_name}, {inspector_name});
+    END IF;
 END
 $optional$;
 

@@ -153,8 +153,17 @@ def conn(dsn: str) -> Iterator[psycopg.Connection[Any]]:
 
 
 @pytest.fixture
-def app(dsn: str) -> pgqueue.App:
-    return pgqueue.App(dsn=dsn)
+def app(dsn: str) -> Iterator[pgqueue.App]:
+    application = pgqueue.App(dsn=dsn)
+    yield application
+    close_result_waiter(application)
+
+
+def close_result_waiter(application: pgqueue.App) -> None:
+    """Stop the app's results waiter, if a test used it (before its database goes)."""
+    waiter = application._waiter
+    if waiter is not None:
+        waiter.close()
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.02) -> Any:

@@ -1,4 +1,5 @@
-"""A pgqueue worker with one no-op task, ``bench.noop``."""
+"""A pgqueue worker with one no-op task, ``bench.noop`` (with ``--result 1`` it returns a
+small dict, stored as the job's result)."""
 
 from __future__ import annotations
 
@@ -11,23 +12,26 @@ import pgqueue
 from bench.workers._common import parse, ready, report
 
 REPORT = False
+RESULT = False
 
 
 def build_app(dsn: str) -> pgqueue.App:
     app = pgqueue.App(dsn=dsn)
 
     @app.task(name="bench.noop")
-    async def noop(k: str | None = None, t: float | None = None) -> None:
+    async def noop(k: str | None = None, t: float | None = None) -> Any:
         if REPORT:
             report(k)
+        return {"ok": True, "k": k} if RESULT else None
 
     return app
 
 
 def main() -> None:
-    global REPORT
-    args = parse([("--fetch-batch", int, 100), ("--claim-cursor-threshold", float, 0.02)])
+    global REPORT, RESULT
+    args = parse([("--fetch-batch", int, 100), ("--claim-cursor-threshold", float, 0.02), ("--result", int, 0)])
     REPORT = args.report
+    RESULT = bool(args.result)
     logging.basicConfig(level=logging.WARNING)
     app = build_app(args.dsn)
     worker = app.worker(

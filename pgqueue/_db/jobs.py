@@ -93,9 +93,21 @@ class VacuumResult:
 
 
 def outcome_params(items: Sequence[tuple[int, uuid.UUID, Outcome]]) -> dict[str, Any]:
-    """Parameters of ``job_record_outcomes`` (shared by the sync transactional path)."""
+    """Parameters of ``job_record_outcomes`` (shared by the sync transactional path).
+
+    An outcome carries a ``result`` key only when its handler returned something: the
+    batch of jobs that return None is encoded as it always was."""
     rows = [
         {"id": job_id, "token": str(token), "state": o.state.value, "delay": o.delay, "error": o.error}
+        if o.result is None
+        else {
+            "id": job_id,
+            "token": str(token),
+            "state": o.state.value,
+            "delay": o.delay,
+            "error": o.error,
+            "result": o.result,
+        }
         for job_id, token, o in items
     ]
     return {"outcomes": json.dumps(rows, default=str)}

@@ -32,6 +32,7 @@ __all__ = [
     "load_migrations",
     "lock_name",
     "queries_for",
+    "results_channel_name",
     "sql_root",
     "validate_schema",
 ]
@@ -54,6 +55,11 @@ def validate_schema(schema: str) -> str:
 def channel_name(schema: str) -> str:
     """The LISTEN/NOTIFY channel of a schema (payloads carry only a queue name)."""
     return f"{validate_schema(schema)}_wakeup"
+
+
+def results_channel_name(schema: str) -> str:
+    """The channel on which finishing an awaited job is announced (empty payload)."""
+    return f"{validate_schema(schema)}_results"
 
 
 #: What an advisory lock serialises; each has its own key per schema.
@@ -90,6 +96,8 @@ def _placeholders(schema: str) -> dict[str, sql.Composable]:
         "schema": ident,
         "channel": sql.Literal(channel_name(schema)),
         "channel_ident": sql.Identifier(channel_name(schema)),
+        "results_channel": sql.Literal(results_channel_name(schema)),
+        "results_channel_ident": sql.Identifier(results_channel_name(schema)),
         "id_seq": sql.Literal(f'"{schema}".jobs_id_seq'),
     }
 

@@ -116,7 +116,7 @@ def list_cmd(
 
 @jobs_app.command("show")
 def show_cmd(job_id: JobIdArg, as_json: JsonOpt = False, dsn: DsnOpt = None, schema: SchemaOpt = "pgqueue") -> None:
-    """One job: its fields, arguments, attempts and every error with its traceback."""
+    """One job: its fields, arguments, result, attempts and every error with its traceback."""
 
     def go() -> tuple[ops.JobDetail, datetime]:
         with connect(dsn) as conn:
@@ -163,6 +163,8 @@ def show_cmd(job_id: JobIdArg, as_json: JsonOpt = False, dsn: DsnOpt = None, sch
     console.print(Panel(grid, title=f"job {job.id}", title_align="left", expand=False))
     console.print(Text("args", style="bold"))
     console.print(Syntax(json.dumps(job.args, indent=2, ensure_ascii=False), "json", word_wrap=True))
+    if job.state is JobState.COMPLETED:
+        _print_result(job.result)
     if not job.errors:
         console.print(Text("no errors", style="dim"))
     for i, e in enumerate(job.errors, 1):
@@ -176,6 +178,23 @@ def show_cmd(job_id: JobIdArg, as_json: JsonOpt = False, dsn: DsnOpt = None, sch
         console.print(Text(f"{e.type}: {e.message}", style="red"))
         if e.traceback:
             console.print(Panel(Text(e.traceback.rstrip(), style="dim"), title="traceback", title_align="left"))
+
+
+#: Longest result shown in full by `jobs show` (characters of indented JSON); --json has it all.
+RESULT_SHOWN = 10_000
+
+
+def _print_result(result: object) -> None:
+    console.print(Text("result", style="bold"))
+    if result is None:
+        console.print(Text("none (the handler returned None)", style="dim"))
+        return
+    text = json.dumps(result, indent=2, ensure_ascii=False)
+    if len(text) > RESULT_SHOWN:
+        console.print(Syntax(text[:RESULT_SHOWN], "json", word_wrap=True))
+        console.print(Text(f"… {len(text) - RESULT_SHOWN:,} more characters: see --json", style="dim"))
+        return
+    console.print(Syntax(text, "json", word_wrap=True))
 
 
 @jobs_app.command("retry")

@@ -91,6 +91,7 @@ def get_job(conn: Conn, schema: str, job_id: int) -> JobDetail:
         errors=[JobError.from_json(e) for e in row["errors"] if isinstance(e, Mapping)],
         lease_expires_at=row["lease_expires_at"],
         cancel_requested_at=row["cancel_requested_at"],
+        result=row["result"],
     )
 
 

@@ -70,12 +70,15 @@ class JobSummary:
 
 @dataclass(frozen=True, slots=True)
 class JobDetail(JobSummary):
-    """A job with its arguments and every failed attempt (``get_job``)."""
+    """A job with its arguments, every failed attempt and its result (``get_job``)."""
 
     args: dict[str, Any]
     errors: list[JobError]
     lease_expires_at: datetime | None
     cancel_requested_at: datetime | None  #: an operator asked the running job to stop
+    #: What the handler returned (decoded JSON) for a completed job; None when it returned
+    #: None, and for every other state.
+    result: Any = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,10 @@
 the transactional mode, where the completion must share the handler's transaction (and
 goes through the DB layer's ``record_outcomes``).
 
-Outcome rules: return -> completed; ``Cancel`` -> cancelled; ``Snooze(after)`` ->
+Outcome rules: return -> completed, with the returned value as the job's result (None: no
+result); a value that cannot be stored (not JSON, over ``max_result_bytes``) -> discarded
+at once with a :class:`~pgqueue.ResultError` (a transactional handler's writes roll back);
+``Cancel`` -> cancelled; ``Snooze(after)`` ->
 scheduled after that delay (available at once for 0), the attempt given back and no error
 recorded, even on the last attempt; ``Retry(after)`` -> retryable after that delay; an
 exception of a ``non_retryable`` type, or arguments that do not fit the handler's
@@ -25,8 +28,9 @@ from typing import Any
 import psycopg
 
 from .._db.jobs import JobsDB
-from ..errors import Cancel, InvalidArgumentsError, Retry, Snooze, UndecodableArgsError
+from ..errors import Cancel, InvalidArgumentsError, ResultError, Retry, Snooze, UndecodableArgsError
 from ..models import Job, JobContext, JobState, Outcome
+from ..results.encode import DEFAULT_MAX_RESULT_BYTES, encode_result
 from ..task import TaskDef
 from .connections import Connections
 
@@ -86,7 +90,7 @@ def failure_outcome(task: TaskDef | None, job: Job, exc: BaseException, worker_i
         return Outcome(JobState.CANCELLED, error=error)
     if (
         exc is not original
-        or isinstance(exc, UndecodableArgsError)
+        or isinstance(exc, UndecodableArgsError | ResultError)
         or (task is not None and task.non_retryable and isinstance(exc, task.non_retryable))
     ):
         return Outcome(JobState.DISCARDED, error=error)
@@ -105,8 +109,17 @@ class HandlerRunner:
     """Runs handlers: ``async def`` ones on the loop, plain ones in a thread pool of
     ``threads`` threads (made on first use), each under its task's timeout."""
 
-    def __init__(self, *, db: JobsDB, worker_id: str, connections: Connections, threads: int) -> None:
+    def __init__(
+        self,
+        *,
+        db: JobsDB,
+        worker_id: str,
+        connections: Connections,
+        threads: int,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+    ) -> None:
         self.db = db
+        self.max_result_bytes = max_result_bytes
         self.worker_id = worker_id
         self.connections = connections
         self._threads_max = threads
@@ -135,12 +148,12 @@ class HandlerRunner:
         straggler: asyncio.Future[Any] | None = None
         try:
             if task.is_async:
-                await asyncio.wait_for(self._call_async(task, job), task.timeout)
+                result = await asyncio.wait_for(self._call_async(task, job), task.timeout)
             else:
                 straggler = asyncio.get_running_loop().run_in_executor(
                     self.threads, functools.partial(contextvars.copy_context().run, self._call_sync, task, job)
                 )
-                await asyncio.wait_for(asyncio.shield(straggler), task.timeout)
+                result = await asyncio.wait_for(asyncio.shield(straggler), task.timeout)
                 straggler = None
         except TimeoutError:
             exc = TimeoutError(f"task {task.name} exceeded its {task.timeout}s timeout")
@@ -158,39 +171,52 @@ class HandlerRunner:
             return Attempt(failure_outcome(task, job, exc, self.worker_id))
         if task.transactional:
             return Attempt(None, committed=True)
-        return Attempt(COMPLETED)
+        if result is None:
+            return Attempt(COMPLETED)
+        return Attempt(Outcome(JobState.COMPLETED, result=result))
 
-    async def _call_async(self, task: TaskDef, job: Job) -> None:
+    def _completed(self, task: TaskDef, value: Any) -> str | None:
+        """The result to store for a handler's return ``value`` (JSON text; None: none).
+
+        Raises:
+            ResultError: ``value`` is not JSON or is too big (the job is discarded).
+        """
+        return None if value is None else encode_result(task.name, value, self.max_result_bytes)
+
+    async def _call_async(self, task: TaskDef, job: Job) -> str | None:
+        """Run an ``async def`` handler; returns its result as JSON text (None: none).
+        A transactional one records its completion, result included, in its transaction."""
         if not task.transactional:
             if task.pass_context:
-                await task.fn(JobContext(job, self.worker_id), **job.args)
-            else:
-                await task.fn(**job.args)
-            return
+                return self._completed(task, await task.fn(JobContext(job, self.worker_id), **job.args))
+            return self._completed(task, await task.fn(**job.args))
         async with self.connections.connection() as conn, conn.transaction():
-            await task.fn(JobContext(job, self.worker_id, conn), **job.args)
-            held = await self.db.record_outcomes(conn, [(job.id, job.lease_token, COMPLETED)])
+            result = self._completed(task, await task.fn(JobContext(job, self.worker_id, conn), **job.args))
+            outcome = COMPLETED if result is None else Outcome(JobState.COMPLETED, result=result)
+            held = await self.db.record_outcomes(conn, [(job.id, job.lease_token, outcome)])
             if job.id not in held:
                 raise LeaseLost()  # rolls back the handler's writes with it
+        return None
 
-    def _call_sync(self, task: TaskDef, job: Job) -> None:
+    def _call_sync(self, task: TaskDef, job: Job) -> str | None:
         with self._sync_lock:
             self._sync_running += 1
         try:
-            self._call_sync_handler(task, job)
+            return self._call_sync_handler(task, job)
         finally:
             with self._sync_lock:
                 self._sync_running -= 1
 
-    def _call_sync_handler(self, task: TaskDef, job: Job) -> None:
+    def _call_sync_handler(self, task: TaskDef, job: Job) -> str | None:
+        # In the handler's thread: a big result is encoded off the event loop.
         if not task.transactional:
             if task.pass_context:
-                task.fn(JobContext(job, self.worker_id), **job.args)
-            else:
-                task.fn(**job.args)
-            return
+                return self._completed(task, task.fn(JobContext(job, self.worker_id), **job.args))
+            return self._completed(task, task.fn(**job.args))
         conn: psycopg.Connection[Any]
         with self.connections.sync_pool().connection() as conn, conn.transaction():
-            task.fn(JobContext(job, self.worker_id, conn), **job.args)
-            if job.id not in self.db.record_outcomes_sync(conn, [(job.id, job.lease_token, COMPLETED)]):
+            result = self._completed(task, task.fn(JobContext(job, self.worker_id, conn), **job.args))
+            outcome = COMPLETED if result is None else Outcome(JobState.COMPLETED, result=result)
+            if job.id not in self.db.record_outcomes_sync(conn, [(job.id, job.lease_token, outcome)]):
                 raise LeaseLost()
+        return None

@@ -77,6 +77,8 @@ class WorkerApp(Protocol):
     def dsn(self) -> str: ...
     @property
     def database(self) -> Database: ...
+    @property
+    def max_result_bytes(self) -> int: ...
     def declared_schedules(self) -> list[Schedule]: ...
 
 
@@ -158,7 +160,13 @@ class Worker:
         self.flow = FlowControl(self.db, self.queues, tasks, refresh_interval=cfg.heartbeat_interval)
         self.executor = Executor(
             tasks=tasks,
-            runner=HandlerRunner(db=self.db, worker_id=self.worker_id, connections=self.connections, threads=slots),
+            runner=HandlerRunner(
+                db=self.db,
+                worker_id=self.worker_id,
+                connections=self.connections,
+                threads=slots,
+                max_result_bytes=app.max_result_bytes,
+            ),
             capacity=self.capacity,
             leases=self.leases,
             completer=self.completer,

@@ -31,14 +31,14 @@ ORDER BY id DESC
 LIMIT %(limit)s
 
 -- name: job_get
--- One job with its arguments and errors, from whichever partition holds it.
+-- One job with its arguments, errors and result, from whichever partition holds it.
 SELECT id, queue, task, state::text AS state, priority, attempt, max_attempts, run_at, created_at,
        started_at, finished_at, unique_key, worker_id, jsonb_array_length(errors) AS error_count,
        CASE WHEN jsonb_array_length(errors) > 0 THEN
            coalesce(errors -> -1 ->> 'type', 'Error') || ': ' || coalesce(errors -> -1 ->> 'message', '')
        END AS last_error,
        coalesce(scheduled_at, run_at) AS scheduled_at, snoozes, expires_at, concurrency_key, dedupe_key,
-       args, errors, lease_expires_at, cancel_requested_at
+       args, errors, lease_expires_at, cancel_requested_at, result
 FROM {schema}.jobs
 WHERE id = %(id)s
 

@@ -172,12 +172,16 @@ INSERT INTO {schema}.queues (name) SELECT unnest(%(queues)s::text[]) ON CONFLICT
 -- multi-row writer here uses, so concurrent heartbeats and completions cannot deadlock.
 -- The batch comes as one JSON array (one parameter that the client serialises in C,
 -- rather than five arrays dumped element by element).
+-- Results: an outcome with a "result" (the handler's return value as JSON text, absent
+-- when it returned None) stores it in the finished row. The awaited flag is read from the
+-- row as locked (its newest version), and if a job this statement finished was awaited,
+-- one NOTIFY on the results channel goes out for the whole batch (none otherwise).
 WITH outcome AS (
     SELECT *
     FROM jsonb_to_recordset(%(outcomes)s::jsonb)
-         AS o(id bigint, token uuid, state {schema}.job_state, delay float8, error jsonb)
+         AS o(id bigint, token uuid, state {schema}.job_state, delay float8, error jsonb, result text)
 ), locked AS MATERIALIZED (
-    SELECT j.id, o.state, o.delay, o.error
+    SELECT j.id, o.state, o.delay, o.error, o.result, j.awaited
     FROM outcome AS o
     JOIN {schema}.jobs_live AS j ON j.id = o.id AND j.lease_token = o.token
     ORDER BY j.id
@@ -204,17 +208,25 @@ WITH outcome AS (
               coalesce(j.scheduled_at, j.run_at) AS scheduled_at, j.attempt, j.max_attempts, j.unique_key, j.created_at, j.started_at, j.worker_id,
               CASE WHEN l.error IS NULL THEN j.errors
                    ELSE j.errors || jsonb_build_array(l.error || jsonb_build_object('at', now())) END AS errors,
-              j.concurrency_key, j.expires_at, j.snoozes, j.dedupe_key
+              j.concurrency_key, j.expires_at, j.snoozes, j.dedupe_key, l.result::jsonb AS result, l.awaited
 ), moved AS (
     INSERT INTO {schema}.jobs
         (id, queue, task, args, state, priority, run_at, scheduled_at, attempt, max_attempts, unique_key,
-         created_at, started_at, finished_at, worker_id, errors, concurrency_key, expires_at, snoozes, dedupe_key)
+         created_at, started_at, finished_at, worker_id, errors, concurrency_key, expires_at, snoozes, dedupe_key,
+         result)
     SELECT id, queue, task, args, new_state, priority, run_at, scheduled_at, attempt, max_attempts, unique_key,
-           created_at, started_at, now(), worker_id, errors, concurrency_key, expires_at, snoozes, dedupe_key
+           created_at, started_at, now(), worker_id, errors, concurrency_key, expires_at, snoozes, dedupe_key,
+           result
     FROM finished
     RETURNING id
+), results_woken AS (
+    -- At most one row: pg_notify() runs once, and "IS NULL" (never true of its void result)
+    -- keeps that row out of the ids returned.
+    SELECT NULL::bigint AS id
+    FROM (SELECT FROM finished WHERE awaited LIMIT 1) AS w
+    WHERE pg_notify({results_channel}, '') IS NULL
 )
-SELECT id FROM retried UNION ALL SELECT id FROM moved
+SELECT id FROM retried UNION ALL SELECT id FROM moved UNION ALL SELECT id FROM results_woken
 
 -- name: job_extend_leases
 -- Heartbeat: extend the leases this worker still holds; returns the ids still held, each

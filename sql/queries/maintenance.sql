@@ -22,7 +22,8 @@
 -- a little before its previous complete tick, so that timer entries left behind by
 -- finished jobs (dead, and not removable while an old snapshot is held) are not walked
 -- again every second; it passes NULL now and then to catch stragglers.
--- Returns (leader, promoted, rescued, discarded, notified, now, expired).
+-- Returns (leader, promoted, rescued, discarded, notified, now, expired); notified counts
+-- the queue wake-ups and the results channel's NOTIFY.
 WITH leader AS (
     SELECT pg_try_advisory_xact_lock(hashtextextended(%(lock_name)s, 0)) AS ok
 ), due_scheduled AS (
@@ -130,12 +131,18 @@ WITH leader AS (
     RETURNING id
 ), notified AS (
     SELECT pg_notify({channel}, q) FROM (SELECT DISTINCT queue FROM promoted) AS p(q)
+), results_woken AS (
+    -- Results: one NOTIFY on the results channel if a job discarded or expired here was
+    -- awaited (the flag as read from the row this statement locked and deleted).
+    SELECT 1
+    FROM (SELECT FROM dead WHERE awaited UNION ALL SELECT FROM deadline_gone WHERE awaited LIMIT 1) AS w
+    WHERE pg_notify({results_channel}, '') IS NOT NULL
 )
 SELECT (SELECT ok FROM leader) AS leader,
        (SELECT count(*) FROM promoted) AS promoted,
        (SELECT count(*) FROM rescued) AS rescued,
        (SELECT count(*) FROM discarded) AS discarded,
-       (SELECT count(*) FROM notified) AS notified,
+       (SELECT count(*) FROM notified) + (SELECT count(*) FROM results_woken) AS notified,
        now() AS now,
        (SELECT count(*) FROM expired_jobs) AS expired
 

@@ -75,6 +75,16 @@ def test_drain(dsn: str, tmp_path: Path) -> None:
     assert data["wal_source"]
 
 
+def test_drain_with_results_and_a_process_awaiting_every_job(dsn: str, tmp_path: Path) -> None:
+    data = bench(dsn, tmp_path, "drain", "--concurrency", "4", contenders="pgqueue,pgqueue-result,pgqueue-awaited")
+    medians = data["configs"]["1 x 4"]["medians"]
+    assert set(medians) == {"pgqueue", "pgqueue-result", "pgqueue-awaited"}
+    for m in medians.values():
+        positive(m, "jobs/s", "drain s")
+        costs(m)
+    # The awaiter got every job's result: its run's reset fails the workload otherwise.
+
+
 def test_drain_rejects_bad_input(dsn: str) -> None:
     result = CliRunner().invoke(app, ["drain", "--quick", "--dsn", dsn, "--concurrency", "4,x"])
     assert result.exit_code != 0

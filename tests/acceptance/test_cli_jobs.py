@@ -122,11 +122,29 @@ def test_show_json(dsn: str, conn: psycopg.Connection[Any]) -> None:
     result = jobs(dsn, "show", str(job_id), "--json")
     assert result.exit_code == 0, result.output
     job = json.loads(result.stdout)
-    assert set(job) == SUMMARY_KEYS | {"args", "errors", "lease_expires_at", "cancel_requested_at"}
+    assert set(job) == SUMMARY_KEYS | {"args", "errors", "lease_expires_at", "cancel_requested_at", "result"}
+    assert job["result"] is None
     assert job["args"] == {"x": [1, 2]}
     assert job["errors"][0]["traceback"] == TRACEBACK
     assert set(job["errors"][0]) == {"attempt", "type", "message", "traceback", "worker", "at"}
     assert datetime.fromisoformat(job["errors"][0]["at"]) == datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def test_show_prints_a_completed_jobs_result_and_json_has_it(dsn: str, conn: psycopg.Connection[Any]) -> None:
+    done = insert_finished(conn, "completed", ago=timedelta(seconds=3))
+    conn.execute("""UPDATE pgqueue.jobs SET result = '{"rows": 3, "path": "/tmp/é"}' WHERE id = %s""", [done])
+    empty = insert_finished(conn, "completed", ago=timedelta(seconds=3))
+    big = insert_finished(conn, "completed", ago=timedelta(seconds=3))
+    conn.execute("UPDATE pgqueue.jobs SET result = to_jsonb(repeat('x', 20000)) WHERE id = %s", [big])
+    out = jobs(dsn, "show", str(done)).stdout
+    # jsonb keeps keys shortest first.
+    assert re.search(r"result\s+\{\s+\"path\": \"/tmp/é\",\s+\"rows\": 3\s+\}", out), out
+    assert "none (the handler returned None)" in jobs(dsn, "show", str(empty)).stdout
+    assert "more characters: see --json" in jobs(dsn, "show", str(big)).stdout
+    assert json.loads(jobs(dsn, "show", str(done), "--json").stdout)["result"] == {"rows": 3, "path": "/tmp/é"}
+    assert json.loads(jobs(dsn, "show", str(big), "--json").stdout)["result"] == "x" * 20000
+    waiting = enqueue(conn, "app.a")
+    assert "result" not in jobs(dsn, "show", str(waiting)).stdout.split("args", 1)[1]
 
 
 def test_show_a_missing_job_is_one_clear_error(dsn: str) -> None:

@@ -37,7 +37,7 @@ def batch(noop: NoopTask) -> list[pgqueue.JobSpec]:
 
 def sync_round(conn: Conn, app: pgqueue.App, noop: NoopTask) -> tuple[list[int], int]:
     with conn.transaction():
-        ids = [
+        ids: list[int] = [
             noop.enqueue(conn, image=1),
             noop.options(priority=5, delay=60, unique_key="k", max_attempts=2, queue="q2").enqueue(conn, image=2),
             noop.options(unique_key="k").enqueue(conn, image=3),
@@ -49,7 +49,7 @@ def sync_round(conn: Conn, app: pgqueue.App, noop: NoopTask) -> tuple[list[int],
 
 async def async_round(aconn: AConn, app: pgqueue.App, noop: NoopTask) -> tuple[list[int], int]:
     async with aconn.transaction():
-        ids = [
+        ids: list[int] = [
             await noop.enqueue_async(aconn, image=1),
             await noop.options(priority=5, delay=60, unique_key="k", max_attempts=2, queue="q2").enqueue_async(
                 aconn, image=2

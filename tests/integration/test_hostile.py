@@ -143,7 +143,7 @@ async def test_deep_nesting_stored_through_sql_cannot_crash_a_worker(
 ) -> None:
     # jsonb accepts nesting far deeper than Python's decoder; such a job must fail alone.
     poison = sql_enqueue(conn, '{"tree": ' + "[" * 5000 + "]" * 5000 + "}")
-    good = [echo.enqueue(conn, n=n) for n in range(5)]
+    good: list[int] = [echo.enqueue(conn, n=n) for n in range(5)]
     with pytest.raises(psycopg.errors.StatementTooComplex, match="stack depth"):
         sql_enqueue(conn, '{"tree": ' + "[" * 500_000 + "]" * 500_000 + "}")
     states = await run_until_final(app, [poison, *good], conn)

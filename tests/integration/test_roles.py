@@ -4,6 +4,8 @@ nothing the others do (the worker role and what leaks: test_roles_worker.py).
 
 from __future__ import annotations
 
+import asyncio
+import json
 import uuid
 from datetime import date, timedelta
 from typing import LiteralString
@@ -15,11 +17,13 @@ from psycopg.conninfo import make_conninfo
 from typer.testing import CliRunner
 
 import pgqueue
+from pgqueue._db.jobs import outcome_params
 from pgqueue.cli import app as cli_app
 from pgqueue.maintenance.partitions import partition_name
 from pgqueue.migrate import migrate
+from pgqueue.models import JobState, Outcome
 from pgqueue.roles import apply_roles, render_roles_sql, role_names
-from tests.conftest import server_dsn
+from tests.conftest import async_wait_until, server_dsn
 from tests.roles_support import (
     SCHEMA,
     Q,
@@ -181,6 +185,38 @@ async def test_producer_enqueues_through_sql_and_the_python_api(rdb: RolesDB) ->
         assert len(rows) == 2 + 2 + 51 + 2
         assert (rows[3], rows[4], rows[6]) == ("available", "scheduled", "available")
         assert scalar(admin, "SELECT count(*) FROM pgqueue.jobs WHERE id = ANY(%s)", [[via_sql, plain, async_id]]) == 3
+
+
+async def test_producer_waits_for_results_without_reading_jobs(rdb: RolesDB) -> None:
+    app = make_app(rdb.dsn("producer"))
+    task = app.tasks["work.record"]
+    with rdb.connect("producer") as producer:
+        done, failed = task.enqueue(producer, n=1), task.enqueue(producer, n=2)
+        waits = [asyncio.ensure_future(h.result_async(timeout=60)) for h in (done, failed)]
+        with rdb.connect("worker") as worker:  # the worker role claims and completes them
+            await async_wait_until(lambda: scalar(worker, "SELECT count(*) FROM pgqueue.jobs_live WHERE awaited") == 2)
+            claimed = {r[0]: r[7] for r in worker.execute(Q["job_claim_one_queue"], claim_params(["work.record"]))}
+            error = {"attempt": 1, "type": "builtins.KeyError", "message": "'k'", "traceback": "secret tb"}
+            outcomes = [
+                (done, claimed[done], Outcome(JobState.COMPLETED, result=json.dumps({"rows": 7}))),
+                (failed, claimed[failed], Outcome(JobState.DISCARDED, error=error)),
+            ]
+            worker.execute(Q["job_record_outcomes"], outcome_params(outcomes))
+        ok, failure = await asyncio.gather(*waits, return_exceptions=True)
+        assert ok == {"rows": 7}
+        assert isinstance(failure, pgqueue.JobFailed)
+        assert (failure.error_type, failure.error_message) == ("builtins.KeyError", "'k'")
+        assert app.result(producer, done) == {"rows": 7}
+        for statement in [
+            "SELECT result FROM pgqueue.jobs",
+            "SELECT errors FROM pgqueue.jobs",
+            "UPDATE pgqueue.jobs_live SET state = 'available'",
+        ]:
+            with denied:
+                producer.execute(statement)
+    waiter = app._waiter
+    assert waiter is not None
+    waiter.close()
 
 
 def test_producer_cannot_read_change_or_claim_jobs(rdb: RolesDB) -> None:

@@ -117,7 +117,7 @@ def test_replace_one_job_per_key_holding_the_last_committed_args(dsn: str, conn:
     def raced(key: int, who: int, round: int) -> None: ...
 
     def produce(c: Conn, n: int, r: int) -> list[int]:
-        ids = [raced.enqueue(c, key=k, who=n, round=r) for k in range(KEYS)]
+        ids: list[int] = [raced.enqueue(c, key=k, who=n, round=r) for k in range(KEYS)]
         # What this transaction wrote is what the key's job holds until the next one commits.
         held = c.execute(
             "SELECT count(*) FROM pgqueue.jobs WHERE task = 't.race' AND (args->>'who')::int = %s"
