@@ -1,8 +1,12 @@
 """The worker's seam to the database: one typed coroutine per query, nothing else.
 
-The DB modules are the only ones that run SQL: this one (the worker's), ``_cron_db``,
-``_enqueue_db``, ``_admin_db`` and ``_schema_db`` (tests/test_sql_seam.py holds them to
-it). Rows become :class:`~pgqueue.models.Job` objects here.
+The modules of ``pgqueue._db`` are the only ones that run SQL (tests/unit/test_sql_seam.py
+holds the rest of the package to it); this one runs the worker's statements. Rows become
+:class:`~pgqueue.models.Job` objects here.
+
+Why this module is about 400 lines: it is a flat list of one small method per statement
+the worker runs (claims, limited claims, outcomes, leases, timers, listening); splitting
+it would scatter the one place that says what the worker asks of PostgreSQL.
 """
 
 from __future__ import annotations

@@ -20,6 +20,10 @@ pending job read again, so no NOTIFY missed while it was down loses a wake-up. P
 every ``poll_interval`` seconds is only a safety net. With nothing pending for
 ``idle_close`` seconds the connection is closed and the thread ends; the next wait starts
 them again.
+
+Why this module is over 300 lines: the registration, the connection's life (replace,
+re-LISTEN, re-read) and the idle shutdown share one thread's state and are correct only
+together.
 """
 
 from __future__ import annotations
