@@ -309,6 +309,8 @@ LIMITS_COLUMNS = (
     "drain s",
     "running max",
     "running per key max",
+    "claims per 100 jobs",
+    "empty claim %",
     "starts/s",
     "most starts in a window",
     *("WAL B/job", "worker CPU us/job", "server CPU us/job"),

@@ -38,6 +38,7 @@ from bench._db import connect
 from bench._measure import Sampler
 from bench._runner import WorkerGroup, interleaved, medians, wait_drained, workers
 from bench.workloads import steady
+from bench.workloads.contention import parse_stats
 from pgqueue import ops
 
 SCHEMA = "pgqueue"
@@ -188,6 +189,7 @@ def drain_once(dsn: str, sc: Scenario, p: Params, sources: list[str]) -> dict[st
                 cost = meter.stop(p.jobs)
                 samples = running.stop()
         sources.append(meter.wal_source)
+        stats = parse_stats(group.stats)  # complete once the workers have stopped
         out = {
             "jobs/s": p.jobs / (done - committed),
             "enqueue s": committed - start,
@@ -196,6 +198,9 @@ def drain_once(dsn: str, sc: Scenario, p: Params, sources: list[str]) -> dict[st
             "running per key max": float(max((k for _, (_n, k) in samples), default=0)),
             **cost,
         }
+        if stats.get("claims"):  # how many claims the workers made, and how many found nothing
+            out["claims per 100 jobs"] = 100 * stats["claims"] / p.jobs
+            out["empty claim %"] = 100 * stats.get("empty_claims", 0) / stats["claims"]
         rate = sc.limits.get("rate")
         if rate:
             out.update(rate_figures(conn, sc.queue, rate[0], rate[1]))
