@@ -361,10 +361,10 @@ def test_sigterm_during_child_restart_backoff_stops_everything(
         dsn, "tests.apps.crashy:app", "--processes", "2", "--shutdown-timeout", "1", *FAST_LEASE,
         log=tmp_path / "w.log",
     ) as w:  # fmt: skip
-        wait_until(lambda: ledger(conn, "r1", "start"), timeout=15)
+        wait_until(lambda: ledger(conn, "r1", "start"), timeout=60)
         # Take the job away so that no later child crashes on it: only the stop can end them.
         conn.execute("DELETE FROM pgqueue.jobs_live WHERE id = %s", [job_id])
-        wait_until(lambda: "restarting it" in w.output(), timeout=10)
+        wait_until(lambda: "restarting it" in w.output(), timeout=60)
         w.signal(signal.SIGTERM)  # lands inside the restart delay
         # A replacement started after the stop would never hear of it: no exit at all.
         assert w.wait(30) == 0, w.output()
