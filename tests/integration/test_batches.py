@@ -132,3 +132,18 @@ def test_cancel_batch_cancels_members_and_fires_on_discard(app: pgqueue.App, con
     assert [state_of(conn, m) for m in members] == ["cancelled"] * 3
     assert callbacks_of(conn, batch.id) == [("b.c", "available")]
     assert batch_row(conn, batch.id)[1:7] == (3, 0, 0, 3, 0, True)
+
+
+async def test_async_twins(app: pgqueue.App, conn: Conn, dsn: str) -> None:
+    @app.task(name="b.a")
+    def a() -> None: ...
+
+    async with await psycopg.AsyncConnection.connect(dsn) as aconn:
+        batch = await app.create_batch_async(aconn, on_complete=a.job())
+        members = await batch.add_async(aconn, a.job(), a.job())
+        graph = await app.chain(a.job(), a.job()).enqueue_async(aconn)
+        await batch.close_async(aconn)
+        await aconn.commit()
+    assert [state_of(conn, m) for m in members] == ["available", "available"]
+    assert [state_of(conn, g) for g in graph] == ["available", "scheduled"]
+    assert batch_row(conn, batch.id)[1] == 2
