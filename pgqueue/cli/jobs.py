@@ -125,7 +125,7 @@ def show_cmd(job_id: JobIdArg, as_json: JsonOpt = False, dsn: DsnOpt = None, sch
     job, rel, now = guard(go)
     if as_json:
         data = ops.jsonable(job)
-        if rel.workflow_id is not None or rel.parents or rel.children:
+        if rel.workflow_id is not None or rel.parents or rel.children or rel.batch_id is not None:
             data["workflow"] = ops.jsonable(rel)
         print_json(data)
         return
@@ -186,9 +186,12 @@ def show_cmd(job_id: JobIdArg, as_json: JsonOpt = False, dsn: DsnOpt = None, sch
 
 def _relation_rows(rel: ops.JobRelations) -> list[tuple[str, str | Text]]:
     """`jobs show`'s lines on a job's workflow: its id, parents (policy, settled state) and children."""
+    rows: list[tuple[str, str | Text]] = []
+    if rel.batch_id is not None:
+        rows.append(("batch", str(rel.batch_id)))
     if rel.workflow_id is None and not rel.parents and not rel.children:
-        return []
-    rows: list[tuple[str, str | Text]] = [("workflow", str(rel.workflow_id))]
+        return rows
+    rows.append(("workflow", str(rel.workflow_id)))
     if rel.waiting_on:
         rows.append(("waiting for", f"{rel.waiting_on} parent(s)"))
     if rel.parents:

@@ -65,12 +65,13 @@ class WorkflowJob:
 class JobRelations:
     """A job's place in a workflow: its workflow id (None: a plain job), how many parents
     it still waits for, parents as (id, on_failure policy, parent's final state once
-    settled), children as (id, policy)."""
+    settled), children as (id, policy), and the batch it is a member of."""
 
     workflow_id: int | None
     waiting_on: int | None
     parents: list[tuple[int, str, str | None]]
     children: list[tuple[int, str]]
+    batch_id: int | None = None  #: the batch this job is a member of
 
 
 def _check_id(value: int) -> int:
@@ -100,7 +101,9 @@ def job_relations(conn: Conn, schema: str, job_id: int) -> JobRelations:
         workflow_id=workflow_id,
         waiting_on=waiting_on,
         parents=[(r.job_id, r.on_failure, r.parent_state) for r in rel if r.kind == "parent"],
-        children=[(r.job_id, r.on_failure) for r in rel if r.kind == "child"],
+        children=[(r.job_id, r.on_failure) for r in rel if r.kind == "child" and r.job_id > 0],
+        # Batch membership is an edge to the batch, stored as child -batch id (migration 0012).
+        batch_id=next((-r.job_id for r in rel if r.kind == "child" and r.job_id < 0), None),
     )
 
 

@@ -15,6 +15,7 @@ import pgqueue
 from pgqueue import WorkflowError, ops
 from pgqueue._db import workflows as wdb
 from tests.apps.support import state_of
+from tests.cli_support import invoke
 from tests.conftest import async_wait_until, running_worker
 
 Conn = psycopg.Connection[Any]
@@ -122,7 +123,7 @@ def test_empty_batch_fires_at_close_and_rollback_leaves_nothing(app: pgqueue.App
         app.batch(4242).add(conn, e.job())
 
 
-def test_cancel_batch_cancels_members_and_fires_on_discard(app: pgqueue.App, conn: Conn) -> None:
+def test_cancel_batch_cancels_members_and_fires_on_discard(app: pgqueue.App, conn: Conn, dsn: str) -> None:
     @app.task(name="b.c")
     def c() -> None: ...
 
@@ -132,6 +133,11 @@ def test_cancel_batch_cancels_members_and_fires_on_discard(app: pgqueue.App, con
     assert [state_of(conn, m) for m in members] == ["cancelled"] * 3
     assert callbacks_of(conn, batch.id) == [("b.c", "available")]
     assert batch_row(conn, batch.id)[1:7] == (3, 0, 0, 3, 0, True)
+    assert ops.job_relations(conn, "pgqueue", members[0]).batch_id == batch.id
+    shown = invoke("jobs", "show", str(members[0]), "--dsn", dsn)
+    assert any(line.split()[1:3] == ["batch", str(batch.id)] for line in shown.output.splitlines() if line.split())
+    progress = invoke("batches", "show", str(batch.id), "--dsn", dsn)
+    assert f"batch {batch.id}: 3 members, 0 completed, 0 discarded, 3 cancelled, 0 pending" in progress.output
 
 
 async def test_async_twins(app: pgqueue.App, conn: Conn, dsn: str) -> None:
