@@ -293,6 +293,98 @@ def contention(
     _finish("contention", result, resolved, json_path, plot, summary_first="scenario")
 
 
+@app.command()
+def limits(
+    dsn: DsnOpt = None,
+    repeat: RepeatOpt = 3,
+    jobs: Annotated[int, typer.Option(help="Jobs per drain.")] = 10_000,
+    processes: Annotated[int, typer.Option(help="Worker processes.")] = 1,
+    concurrency: Annotated[int, typer.Option(help="Concurrency per process.")] = 100,
+    keys: Annotated[int, typer.Option(min=1, help="Concurrency keys the per-key scenarios spread jobs over.")] = 1_000,
+    binding: Annotated[int, typer.Option(min=1, help="The binding queue limit.")] = 10,
+    rate_limit: Annotated[int, typer.Option(min=1, help="Starts per --rate-period in the rate scenario.")] = 1_000,
+    rate_period: Annotated[float, typer.Option(min=0.001, help="Seconds.")] = 1.0,
+    steady_duration: Annotated[float, typer.Option(help="Seconds per steady run (0: no steady runs).")] = 10.0,
+    json_path: JsonOpt = None,
+    quick: QuickOpt = False,
+) -> None:
+    """Flow control's cost: unlimited vs baselines, global, per-key, binding and rate limits (drain, steady)."""
+    from bench.workloads import limits as w
+
+    if quick:
+        jobs, keys, steady_duration, repeat = min(jobs, 2_000), min(keys, 100), min(steady_duration, 2.0), 1
+    params = w.Params(
+        jobs=jobs,
+        processes=processes,
+        concurrency=concurrency,
+        keys=keys,
+        binding=binding,
+        rate_limit=rate_limit,
+        rate_period=rate_period,
+        steady_duration=steady_duration,
+    )
+    resolved = _db.resolve_dsn(dsn)
+    # Every other revision asked for in the environment runs the unlimited queue beside today's.
+    baselines = [c for c in _contenders.get(list(_contenders.CONTENDERS)) if c.checkout]
+    result = w.run(resolved, baselines, params, repeat=repeat, steady_runs=steady_duration > 0)
+    title = f"limits: {jobs:,} jobs per drain, {processes} x {concurrency} (processes x concurrency)"
+    _finish(title, result, resolved, json_path, None, LIMITS_COLUMNS, summary_first="run / compared with")
+
+
+LIMITS_COLUMNS = (
+    "jobs/s",
+    "drain s",
+    "running max",
+    "running per key max",
+    "claims per 100 jobs",
+    "empty claim %",
+    "starts/s",
+    "most starts in a window",
+    *("WAL B/job", "worker CPU us/job", "server CPU us/job"),
+)
+
+
+@app.command()
+def fairness(
+    dsn: DsnOpt = None,
+    repeat: RepeatOpt = 3,
+    rate: Annotated[float, typer.Option(min=0.1, help="Trickle jobs/s, over all its keys.")] = 100.0,
+    keys: Annotated[int, typer.Option(min=1, help="Trickle keys.")] = 20,
+    duration: Annotated[float, typer.Option(help="Seconds of trickle per run.")] = 10.0,
+    hot_jobs: Annotated[int, typer.Option(min=1, help="Jobs of the hot key queued before the run.")] = 5_000,
+    hot_sleep: Annotated[float, typer.Option(min=0, help="Seconds each hot job runs.")] = 0.02,
+    key_limit: Annotated[int, typer.Option(min=1, help="Running jobs per key in the hot run.")] = 1,
+    concurrency: Annotated[int, typer.Option(min=1, help="Worker concurrency.")] = 10,
+    json_path: JsonOpt = None,
+    quick: QuickOpt = False,
+) -> None:
+    """One saturated key and a trickle over 20 others: the trickle's pickup vs an unlimited queue's."""
+    from bench.workloads import fairness as w
+
+    if quick:
+        rate, duration, hot_jobs, repeat = 50.0, 1.0, 500, 1
+    params = w.Params(
+        rate=rate,
+        keys=keys,
+        duration=duration,
+        hot_jobs=hot_jobs,
+        hot_sleep=hot_sleep,
+        key_limit=key_limit,
+        concurrency=concurrency,
+    )
+    resolved = _db.resolve_dsn(dsn)
+    result = w.run(resolved, params, repeat=repeat)
+    _finish(
+        f"fairness: trickle of {rate:g} jobs/s over {keys} keys, {duration:g}s; hot key: {hot_jobs:,} queued",
+        result,
+        resolved,
+        json_path,
+        None,
+        summary_first="trickle pickup",
+    )
+    _print_headline(result)
+
+
 # Shared by xmin and soak: producers saturate the workers, holding back at a queue depth.
 RateOpt = Annotated[float, typer.Option(help="Jobs/s per producer (0: flat out).")]
 MaxDepthOpt = Annotated[int, typer.Option(help="Producers hold back at this queue depth (0: never).")]

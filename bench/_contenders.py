@@ -264,6 +264,16 @@ if _BASELINE:
         PGQUEUE, name="pgqueue-baseline", variant=True, checkout=_BASELINE, name_there="pgqueue"
     )
 
+# More revisions at once: $PGQUEUE_BENCH_CHECKOUTS="main=/tmp/main,pre-flow=/tmp/base" adds the
+# variants pgqueue@main and pgqueue@pre-flow, each running its own checkout like the baseline.
+for _item in filter(None, os.environ.get("PGQUEUE_BENCH_CHECKOUTS", "").split(",")):
+    _label, _, _path = _item.partition("=")
+    if not _label or not _path:
+        raise ValueError(f"PGQUEUE_BENCH_CHECKOUTS: expected NAME=PATH[,NAME=PATH...], got {_item!r}")
+    CONTENDERS[f"pgqueue@{_label}"] = dataclasses.replace(
+        PGQUEUE, name=f"pgqueue@{_label}", variant=True, checkout=_path, name_there="pgqueue"
+    )
+
 
 def register(contender: Contender) -> None:
     CONTENDERS[contender.name] = contender

@@ -1,5 +1,5 @@
 """A pgqueue worker with one no-op task, ``bench.noop`` (with ``--result 1`` it returns a
-small dict, stored as the job's result)."""
+small dict, stored as the job's result; a job enqueued with ``s`` sleeps that many seconds)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,11 @@ def build_app(dsn: str) -> pgqueue.App:
     app = pgqueue.App(dsn=dsn)
 
     @app.task(name="bench.noop")
-    async def noop(k: str | None = None, t: float | None = None) -> Any:
+    async def noop(k: str | None = None, t: float | None = None, s: float | None = None) -> Any:
         if REPORT:
             report(k)
+        if s:
+            await asyncio.sleep(s)
         return {"ok": True, "k": k} if RESULT else None
 
     return app
