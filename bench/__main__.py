@@ -103,6 +103,33 @@ def drain(
 
 
 @app.command()
+def workflows(
+    dsn: DsnOpt = None,
+    repeat: RepeatOpt = 3,
+    jobs: Annotated[int, typer.Option(help="Jobs per run (as chains of 10, or graphs of 102).")] = 20_400,
+    concurrency: Annotated[int, typer.Option(help="Concurrency of the one worker process.")] = 100,
+    json_path: JsonOpt = None,
+    quick: QuickOpt = False,
+) -> None:
+    """No-op jobs drained as plain jobs, as chains of 10 and as 100-wide fan-out/fan-in
+    graphs (each completion releases the next jobs): jobs/s side by side."""
+    from bench.workloads import drain as w
+
+    if quick:
+        jobs, repeat = 2_040, 1
+    resolved, chosen = _setup(dsn, "pgqueue,pgqueue-chain10,pgqueue-fan100")
+    result = w.run(resolved, chosen, jobs=jobs, configs=[w.Config(1, concurrency)], repeat=repeat, raw_same_batch=False)
+    result["workload"] = "workflows"
+    for label, part in result["configs"].items():
+        _runner.print_table(
+            f"workflows: {jobs:,} no-op jobs as plain jobs, chains of 10 and fan-out/fan-in 100, {label}",
+            _columns(part["medians"], DRAIN_COLUMNS),
+            part["ratios"],
+        )
+    _finish("workflows", result, resolved, json_path, None)
+
+
+@app.command()
 def enqueue(
     dsn: DsnOpt = None,
     contenders: ContOpt = "pgqueue",

@@ -104,6 +104,38 @@ PGQUEUE = Contender(
     remaining_sql="SELECT count(*) FROM pgqueue.jobs_live",
 )
 
+
+# Workflows: the same no-op jobs, preloaded as graphs, so that each completion releases the
+# next jobs (`python -m bench workflows`): chains of 10 (each job waits for the one before)
+# and fan-out/fan-in graphs (one job, 100 that wait for it, one that waits for the 100).
+def _workflow_reset(conn: Conn) -> None:
+    conn.execute("TRUNCATE pgqueue.jobs, pgqueue.job_deps")
+    conn.execute("VACUUM ANALYZE pgqueue.jobs_live")
+
+
+def _chain_preload(conn: Conn, n: int) -> None:
+    app = _pgqueue_app()
+    noop = app.tasks["bench.noop"]
+    with conn.transaction():
+        for _ in range(max(1, n // 10)):
+            app.chain(*(noop.job() for _ in range(10))).enqueue(conn)
+
+
+def _fan_preload(conn: Conn, n: int) -> None:
+    app = _pgqueue_app()
+    noop = app.tasks["bench.noop"]
+    with conn.transaction():
+        for _ in range(max(1, n // 102)):
+            app.group(noop.job()).then(*(noop.job() for _ in range(100))).then(noop.job()).enqueue(conn)
+
+
+PGQUEUE_CHAIN = dataclasses.replace(
+    PGQUEUE, name="pgqueue-chain10", reset=_workflow_reset, preload=_chain_preload, variant=True
+)
+PGQUEUE_FAN = dataclasses.replace(
+    PGQUEUE, name="pgqueue-fan100", reset=_workflow_reset, preload=_fan_preload, variant=True
+)
+
 # pgqueue whose handler returns a small dict, stored as each job's result: what results
 # cost the completion (`--contenders pgqueue,pgqueue-result`).
 PGQUEUE_RESULT = dataclasses.replace(PGQUEUE, name="pgqueue-result", worker_args=("--result", "1"), variant=True)
@@ -216,8 +248,11 @@ RAW_100 = raw(100)
 RAW_NAME = re.compile(r"raw-sql-b([1-9][0-9]*)")
 
 CONTENDERS: dict[str, Contender] = {
-    c.name: c for c in (PGQUEUE, PGQUEUE_NO_CURSOR, PGQUEUE_RESULT, PGQUEUE_AWAITED, RAW_1, RAW_100)
-}
+    c.name: c
+    for c in (
+        PGQUEUE, PGQUEUE_NO_CURSOR, PGQUEUE_RESULT, PGQUEUE_AWAITED, PGQUEUE_CHAIN, PGQUEUE_FAN, RAW_1, RAW_100,
+    )
+}  # fmt: skip
 
 # pgqueue as of another revision, for before/after comparisons in one run: point
 # $PGQUEUE_BENCH_BASELINE at a checkout of it (e.g. `git worktree add /tmp/base <rev>`) and ask

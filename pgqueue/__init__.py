@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ._version import __version__
 from .app import App, Task
+from .batch import Batch
 from .config import WorkerConfig
 from .cron.schedule import Schedule
 from .cron.scheduler import CronScheduler
@@ -27,20 +28,25 @@ from .errors import (
     Snooze,
     UnknownQueueError,
     UnknownTaskError,
+    WorkflowError,
 )
-from .models import Job, JobContext, JobSpec, JobState
+from .models import BatchInfo, Job, JobContext, JobSpec, JobState
 from .results.handle import JobHandle
 from .retry import Backoff
 from .unique import Unique
 from .worker.worker import Worker
+from .workflow import Dependency, Workflow
 
 __all__ = [
     "App",
     "Backoff",
+    "Batch",
+    "BatchInfo",
     "Cancel",
     "ConfigError",
     "CronScheduler",
     "DatabaseUnavailableError",
+    "Dependency",
     "EnqueueError",
     "InvalidArgumentsError",
     "InvalidQueueError",
@@ -67,5 +73,7 @@ __all__ = [
     "UnknownTaskError",
     "Worker",
     "WorkerConfig",
+    "Workflow",
+    "WorkflowError",
     "__version__",
 ]

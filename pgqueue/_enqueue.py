@@ -24,6 +24,7 @@ __all__ = [
     "concurrency_key_from",
     "encode_args",
     "make_spec",
+    "node_json",
     "validate_task_name",
 ]
 
@@ -235,6 +236,7 @@ def make_spec(
     expires_in: float | timedelta | None = None,
     unique: Unique | None = None,
     defaults: Mapping[str, Any] | None = None,
+    depends_on: tuple[tuple[int, str], ...] = (),
 ) -> JobSpec:
     """A checked job. ``concurrency_key`` is final (a declared argument already read);
     ``unique`` rules with no ``unique_key`` derive the key from ``task`` and ``args``
@@ -260,6 +262,8 @@ def make_spec(
         raise ConfigError(f"unique must be a pgqueue.Unique, got {unique!r}")
     if unique is not None and unique_key is None:
         unique_key = unique.key_for(task, args, defaults)
+    if depends_on and unique_key is not None:
+        raise ConfigError(f"task {task!r}: a job with dependencies cannot have a unique_key or unique rules")
     return JobSpec(
         task=task,
         args_json=args_json,
@@ -275,4 +279,25 @@ def make_spec(
         unique_period=None if unique is None else unique.period,
         unique_states=None if unique is None else unique.states,
         unique_mode=None if unique is None else unique.mode,
+        depends_on=depends_on,
     )
+
+
+def node_json(spec: JobSpec, deps: Iterable[tuple[str, int, str]], has_children: bool) -> str:
+    """One node of ``enqueue_workflow()`` as JSON text: the job, its dependencies as
+    ``(kind, ref, policy)`` (kind "n": an earlier node's index, "j": an existing job id)
+    and whether later nodes depend on it. The arguments go in as the JSON text they are."""
+    head = {
+        "task": spec.task,
+        "queue": spec.queue,
+        "priority": spec.priority,
+        "run_at": None if spec.run_at is None else spec.run_at.isoformat(),
+        "delay": spec.delay,
+        "max_attempts": spec.max_attempts,
+        "concurrency_key": spec.concurrency_key,
+        "expires_at": None if spec.expires_at is None else spec.expires_at.isoformat(),
+        "expires_in": spec.expires_in,
+        "has_children": has_children,
+        "deps": [list(d) for d in deps],
+    }
+    return json.dumps(head, separators=(",", ":"))[:-1] + ',"args":' + spec.args_json + "}"

@@ -20,8 +20,10 @@ import psycopg
 
 from . import _dsn, _enqueue
 from ._db import enqueue as _enqueue_db
+from ._db import workflows as _batch_db
 from ._db.results import ResultsDB
 from ._db.sql import validate_schema
+from .batch import Batch, callbacks_json
 from .config import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, WorkerConfig, validate_queue
 from .cron import schedule as _cron
 from .errors import ConfigError, InvalidArgumentsError, UnknownTaskError
@@ -35,6 +37,7 @@ from .retry import Backoff
 from .task import TaskDef
 from .unique import Unique
 from .worker import Worker
+from .workflow import Dependency, Workflow, normalise_depends_on
 
 __all__ = ["App", "Task", "TaskOptions"]
 
@@ -58,6 +61,8 @@ class TaskOptions:
     expires_in: float | timedelta | None = None
     #: False: not unique, whatever the task declares.
     unique: Unique | Literal[False] | None = None
+    #: Existing jobs the job waits for, as (id, policy) pairs.
+    depends_on: tuple[tuple[int, str], ...] = ()
 
 
 class Task(TaskDef, Generic[P, R]):
@@ -84,6 +89,7 @@ class Task(TaskDef, Generic[P, R]):
         expires_at: datetime | None = None,
         expires_in: float | timedelta | None = None,
         unique: Unique | Literal[False] | None = None,
+        depends_on: Iterable[int | Dependency] | None = None,
     ) -> Task[P, R]:
         """A copy of this task whose enqueues use these settings.
 
@@ -92,6 +98,8 @@ class Task(TaskDef, Generic[P, R]):
         deadline by which an attempt must start; either replaces the task's
         ``expires_in``. ``unique`` replaces the task's unique rules (``False``: none);
         with unique rules, ``unique_key`` names the key instead of the arguments.
+        ``depends_on`` lists existing jobs (ids, handles, or :class:`~pgqueue.Dependency`
+        for the policy on a failed parent) the job waits for; see docs/workflows.md.
 
         Raises:
             ConfigError: ``unique`` names arguments the handler does not take, or is not
@@ -114,6 +122,7 @@ class Task(TaskDef, Generic[P, R]):
             expires_at=expires_at if deadline else d.expires_at,
             expires_in=expires_in if deadline else d.expires_in,
             unique=d.unique if unique is None else unique,
+            depends_on=d.depends_on if depends_on is None else normalise_depends_on(depends_on),
         )
         return bound
 
@@ -149,6 +158,7 @@ class Task(TaskDef, Generic[P, R]):
             expires_in=o.expires_in if deadline else self.expires_in,
             unique=(self.unique if o.unique is None else o.unique) or None,
             defaults=self.args_checker.defaults,
+            depends_on=o.depends_on,
         )
 
     def enqueue(self, conn: psycopg.Connection[Any], **kwargs: Any) -> JobHandle:
@@ -483,6 +493,56 @@ class App:
         self, conn: psycopg.AsyncConnection[Any], jobs: Iterable[JobSpec] | AsyncIterable[JobSpec]
     ) -> int:
         return await _enqueue_db.enqueue_many_async(conn, self.schema, jobs)
+
+    # -- workflows ----------------------------------------------------------------------
+
+    def workflow(self) -> Workflow:
+        """An empty :class:`~pgqueue.Workflow` (a graph of jobs enqueued in one call)."""
+        return Workflow(self.schema, self)
+
+    def chain(self, *jobs: JobSpec) -> Workflow:
+        """A workflow running ``jobs`` one after the other: each waits for the one before."""
+        wf = self.workflow()
+        for job in jobs:
+            wf.then(job)
+        return wf
+
+    def group(self, *jobs: JobSpec) -> Workflow:
+        """A workflow of independent ``jobs``; ``.then(job)`` adds one that waits for all."""
+        wf = self.workflow()
+        for job in jobs:
+            wf.add(job)
+        return wf
+
+    def create_batch(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        on_success: JobSpec | None = None,
+        on_complete: JobSpec | None = None,
+        on_discard: JobSpec | None = None,
+    ) -> Batch:
+        """Create an open :class:`~pgqueue.Batch` in ``conn``'s transaction. Once it is
+        closed and its last member settled, ``on_success`` runs if every member completed,
+        ``on_discard`` if any ended discarded or cancelled, ``on_complete`` in either case
+        (each once; their ``ctx.batch`` has the counts)."""
+        callbacks = callbacks_json(on_success, on_complete, on_discard)
+        return Batch(_batch_db.batch_create(conn, self.schema, callbacks), self.schema, self)
+
+    async def create_batch_async(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        *,
+        on_success: JobSpec | None = None,
+        on_complete: JobSpec | None = None,
+        on_discard: JobSpec | None = None,
+    ) -> Batch:
+        callbacks = callbacks_json(on_success, on_complete, on_discard)
+        return Batch(await _batch_db.batch_create_async(conn, self.schema, callbacks), self.schema, self)
+
+    def batch(self, batch_id: int) -> Batch:
+        """A :class:`~pgqueue.Batch` created earlier, by id (to add members or close it)."""
+        return Batch(_check_job_id(batch_id), self.schema, self)
 
     # -- results ------------------------------------------------------------------------
 

@@ -12,7 +12,8 @@
     │   ├── InvalidArgumentsError   args are not JSON-serialisable (names the argument)
     │   │   └── UndecodableArgsError  a stored job's args cannot be decoded (the job is discarded)
     │   ├── PayloadTooLargeError
-    │   └── InvalidQueueError
+    │   ├── InvalidQueueError
+    │   └── WorkflowError           a dependency names no job, or a workflow has a cycle
     ├── UnknownQueueError           an operator named a queue no worker serves and no job is in
     ├── JobNotFoundError
     ├── JobNotFinishedError         a result was asked of a job still waiting or running
@@ -55,6 +56,7 @@ __all__ = [
     "UndecodableArgsError",
     "UnknownQueueError",
     "UnknownTaskError",
+    "WorkflowError",
 ]
 
 
@@ -149,6 +151,11 @@ class MigrationError(PgQueueError):
 
 class EnqueueError(PgQueueError, ValueError):
     """The job was refused."""
+
+
+class WorkflowError(EnqueueError):
+    """A workflow or a dependency was refused: a cycle, a dependency on a job that does not
+    exist, or a bad policy. Nothing of it was created."""
 
 
 class UnknownTaskError(EnqueueError, LookupError):

@@ -12,7 +12,17 @@ from typing import Any, Final
 
 from .errors import Cancel
 
-__all__ = ["FINAL_STATES", "RUN_AT_MAX", "RUN_AT_MIN", "Job", "JobContext", "JobSpec", "JobState", "Outcome"]
+__all__ = [
+    "FINAL_STATES",
+    "BatchInfo",
+    "RUN_AT_MAX",
+    "RUN_AT_MIN",
+    "Job",
+    "JobContext",
+    "JobSpec",
+    "JobState",
+    "Outcome",
+]
 
 
 class JobState(enum.StrEnum):
@@ -64,10 +74,24 @@ class Job:
     snoozes: int = 0
     expires_at: datetime | None = None
     concurrency_key: str | None = None
+    #: Whether the job was enqueued with dependencies (its context carries its parents'
+    #: results).
+    has_parents: bool = False
 
     def __post_init__(self) -> None:
         if self.scheduled_at is _SAME_AS_RUN_AT:
             object.__setattr__(self, "scheduled_at", self.run_at)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchInfo:
+    """A batch's counts, as a callback's ``ctx.batch`` shows them (every member settled)."""
+
+    id: int
+    total: int
+    completed: int
+    discarded: int
+    cancelled: int
 
 
 @dataclass(slots=True)
@@ -86,6 +110,15 @@ class JobContext:
     #: Set by the worker when an operator cancels this running job (``cancel_job()``);
     #: picked up from the attempt that creates the context.
     cancel_flag: CancelFlag | None = field(default_factory=lambda: CANCEL_FLAG.get(None))
+    #: Jobs with dependencies: each parent's result by parent id (None for a parent that
+    #: returned None, or did not complete and the dependency's policy ran this job anyway);
+    #: ``parent_states`` says which. Empty for jobs without dependencies.
+    parent_results: dict[int, Any] = field(default_factory=dict)
+    #: Each parent's final state by parent id ("completed", "discarded", "cancelled").
+    parent_states: dict[int, str] = field(default_factory=dict)
+    #: A batch callback (on_success, on_complete, on_discard): the batch it reports on,
+    #: with its counts per outcome. None for every other job.
+    batch: BatchInfo | None = None
 
     @property
     def cancel_requested(self) -> bool:
@@ -148,6 +181,9 @@ class JobSpec:
     unique_period: float | None = None
     unique_states: tuple[str, ...] | None = None
     unique_mode: str | None = None
+    #: Existing jobs this one waits for: (job id, policy), policy "cancel" (cancel this
+    #: job if that one ends discarded or cancelled) or "run" (run it anyway).
+    depends_on: tuple[tuple[int, str], ...] = ()
 
     @property
     def unique_rules(self) -> bool:

@@ -224,6 +224,26 @@ BEGIN
         EXECUTE format('GRANT EXECUTE ON FUNCTION %I.job_results(bigint[]) TO %I, %I, %I',
                        {schema_name}, {producer_name}, {worker_name}, {inspector_name});
     END IF;
+    -- Workflows and batches: the functions run as the owner (SECURITY DEFINER), so that a
+    -- producer creates graphs and batches, and a worker's completion settles dependents
+    -- and batch counts, without writing job_deps or batches directly. Cancelling or
+    -- retrying a whole workflow or batch stays the owner's (an operator's) act.
+    IF to_regprocedure(format('%I.settle_dependents(bigint[], %I.job_state[])', {schema_name}, {schema_name})) IS NOT NULL THEN
+        EXECUTE format('ALTER FUNCTION %I.settle_dependents(bigint[], %I.job_state[]) SECURITY DEFINER',
+                       {schema_name}, {schema_name});
+        EXECUTE format('ALTER FUNCTION %I.enqueue_workflow(jsonb) SECURITY DEFINER', {schema_name});
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %I.settle_dependents(bigint[], %I.job_state[]) TO %I',
+                       {schema_name}, {schema_name}, {worker_name});
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %I.enqueue_workflow(jsonb) TO %I, %I',
+                       {schema_name}, {producer_name}, {worker_name});
+    END IF;
+    IF to_regprocedure(format('%I.batch_create(jsonb)', {schema_name})) IS NOT NULL THEN
+        EXECUTE format('ALTER FUNCTION %I.batch_create(jsonb) SECURITY DEFINER', {schema_name});
+        EXECUTE format('ALTER FUNCTION %I.batch_close(bigint) SECURITY DEFINER', {schema_name});
+        EXECUTE format('ALTER FUNCTION %I.batch_fire(bigint[]) SECURITY DEFINER', {schema_name});
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %I.batch_create(jsonb), %I.batch_close(bigint) TO %I, %I',
+                       {schema_name}, {schema_name}, {producer_name}, {worker_name});
+    END IF;
 END
 $optional$;
 

@@ -15,11 +15,13 @@ from typing import Any
 
 import psycopg
 
+from .._enqueue import node_json
 from ..errors import InvalidArgumentsError, PgQueueError
 from ..models import JobSpec
 from .conn import AnyConn, expect_row
 from .errors import enqueue_error
 from .sql import queries_for
+from .workflows import enqueue_graph, enqueue_graph_async
 
 __all__ = ["enqueue_many", "enqueue_many_async", "enqueue_one", "enqueue_one_async"]
 
@@ -53,7 +55,16 @@ def _query(schema: str, spec: JobSpec) -> bytes:
     return queries_for(schema)["job_enqueue" if spec.unique_key is not None else "job_insert"]
 
 
+def _dependent_nodes(specs: list[JobSpec]) -> str:
+    """Jobs with dependencies on existing jobs, as independent nodes of enqueue_workflow()."""
+    return (
+        "[" + ",".join(node_json(s, [("j", pid, policy) for pid, policy in s.depends_on], False) for s in specs) + "]"
+    )
+
+
 def enqueue_one(conn: psycopg.Connection[Any], schema: str, spec: JobSpec) -> int:
+    if spec.depends_on:
+        return enqueue_graph(conn, schema, _dependent_nodes([spec]))[0]
     try:
         row = conn.execute(_query(schema, spec), params(spec)).fetchone()
     except psycopg.Error as exc:
@@ -62,6 +73,8 @@ def enqueue_one(conn: psycopg.Connection[Any], schema: str, spec: JobSpec) -> in
 
 
 async def enqueue_one_async(conn: psycopg.AsyncConnection[Any], schema: str, spec: JobSpec) -> int:
+    if spec.depends_on:
+        return (await enqueue_graph_async(conn, schema, _dependent_nodes([spec])))[0]
     try:
         cur = await conn.execute(_query(schema, spec), params(spec))
         row = await cur.fetchone()
@@ -84,6 +97,7 @@ class _Batch:
         self.wake: set[str] = set()
         self.keyed: list[JobSpec] = []
         self.keyed_rows: list[int] = []  # row numbers of the keyed specs
+        self.dependent: list[JobSpec] = []  # jobs with dependencies (enqueue_workflow())
         self.count = 0
         # COPY rows carry run_at twice (run_at and scheduled_at), and a batch's rows mostly
         # share one value: its text (what psycopg would send, str()) is made once per value.
@@ -112,6 +126,10 @@ class _Batch:
     def rows(self, specs: Iterable[JobSpec]) -> Iterator[tuple[Any, ...]]:
         it = iter(specs)
         while (spec := self._next(it)) is not None:
+            if spec.depends_on:
+                self.dependent.append(spec)
+                self.keyed_rows.append(self.count)
+                continue
             if spec.unique_key is not None:
                 self.keyed.append(spec)
                 self.keyed_rows.append(self.count)
@@ -168,6 +186,9 @@ def enqueue_many(conn: psycopg.Connection[Any], schema: str, specs: Iterable[Job
         with conn.cursor() as cur:
             if batch.keyed:
                 cur.executemany(q["job_enqueue"], batch.keyed_params())
+        if batch.dependent:
+            enqueue_graph(conn, schema, _dependent_nodes(batch.dependent))
+        with conn.cursor() as cur:
             if batch.wake:
                 cur.execute(q["queue_notify"], {"queues": sorted(batch.wake)})
     except psycopg.Error as exc:
@@ -201,6 +222,9 @@ async def enqueue_many_async(
         async with conn.cursor() as acur:
             if batch.keyed:
                 await acur.executemany(q["job_enqueue"], batch.keyed_params())
+        if batch.dependent:
+            await enqueue_graph_async(conn, schema, _dependent_nodes(batch.dependent))
+        async with conn.cursor() as acur:
             if batch.wake:
                 await acur.execute(q["queue_notify"], {"queues": sorted(batch.wake)})
     except psycopg.Error as exc:

@@ -118,13 +118,16 @@ def list_cmd(
 def show_cmd(job_id: JobIdArg, as_json: JsonOpt = False, dsn: DsnOpt = None, schema: SchemaOpt = "pgqueue") -> None:
     """One job: its fields, arguments, result, attempts and every error with its traceback."""
 
-    def go() -> tuple[ops.JobDetail, datetime]:
+    def go() -> tuple[ops.JobDetail, ops.JobRelations, datetime]:
         with connect(dsn) as conn:
-            return ops.get_job(conn, schema, job_id), db_now(conn, schema)
+            return ops.get_job(conn, schema, job_id), ops.job_relations(conn, schema, job_id), db_now(conn, schema)
 
-    job, now = guard(go)
+    job, rel, now = guard(go)
     if as_json:
-        print_json(job)
+        data = ops.jsonable(job)
+        if rel.workflow_id is not None or rel.parents or rel.children or rel.batch_id is not None:
+            data["workflow"] = ops.jsonable(rel)
+        print_json(data)
         return
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
@@ -158,6 +161,7 @@ def show_cmd(job_id: JobIdArg, as_json: JsonOpt = False, dsn: DsnOpt = None, sch
         rows.append(("unique key", escape(job.unique_key)))
     if job.dedupe_key:
         rows.append(("unique key", f"{escape(job.dedupe_key)} (unique rules)"))
+    rows.extend(_relation_rows(rel))
     for key, value in rows:
         grid.add_row(key, value)
     console.print(Panel(grid, title=f"job {job.id}", title_align="left", expand=False))
@@ -178,6 +182,23 @@ def show_cmd(job_id: JobIdArg, as_json: JsonOpt = False, dsn: DsnOpt = None, sch
         console.print(Text(f"{e.type}: {e.message}", style="red"))
         if e.traceback:
             console.print(Panel(Text(e.traceback.rstrip(), style="dim"), title="traceback", title_align="left"))
+
+
+def _relation_rows(rel: ops.JobRelations) -> list[tuple[str, str | Text]]:
+    """`jobs show`'s lines on a job's workflow: its id, parents (policy, settled state) and children."""
+    rows: list[tuple[str, str | Text]] = []
+    if rel.batch_id is not None:
+        rows.append(("batch", str(rel.batch_id)))
+    if rel.workflow_id is None and not rel.parents and not rel.children:
+        return rows
+    rows.append(("workflow", str(rel.workflow_id)))
+    if rel.waiting_on:
+        rows.append(("waiting for", f"{rel.waiting_on} parent(s)"))
+    if rel.parents:
+        rows.append(("parents", ", ".join(f"{p} ({policy}: {state or 'open'})" for p, policy, state in rel.parents)))
+    if rel.children:
+        rows.append(("children", ", ".join(f"{c} ({policy})" for c, policy in rel.children)))
+    return rows
 
 
 #: Longest result shown in full by `jobs show` (characters of indented JSON); --json has it all.

@@ -298,6 +298,7 @@ def demo(
 from . import jobs as _jobs  # noqa: E402,F401
 from . import status as _status  # noqa: E402,F401  (registers `pgqueue jobs ...`, `status`, `top`)
 from . import top as _top  # noqa: E402,F401
+from . import workflows as _workflows  # noqa: E402,F401  (registers `pgqueue workflows ...`)
 from .cron import cron_app as _cron_app  # noqa: E402,F401  (registers `pgqueue cron ...`)
 from .embedded import embedded_app as _embedded_app  # noqa: E402,F401  (registers `pgqueue embedded ...`)
 from .queues import queues_app as _queues_app  # noqa: E402,F401  (registers `pgqueue queues ...`, `tasks ...`)

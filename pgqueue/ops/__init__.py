@@ -33,13 +33,28 @@ from .queues import (
 )
 from .results import JobDetail, JobError, JobSummary, PurgeResult, RetryResult, jsonable
 from .status import FailureGroup, Health, QueueStats, StatusSnapshot, WorkerInfo, status
+from .workflows import (
+    BatchProgress,
+    JobRelations,
+    WorkflowJob,
+    WorkflowProgress,
+    batch_progress,
+    cancel_batch,
+    cancel_workflow,
+    job_relations,
+    retry_workflow,
+    workflow_jobs,
+    workflow_progress,
+)
 
 __all__ = [
     "KEEP",
+    "BatchProgress",
     "FailureGroup",
     "Health",
     "JobDetail",
     "JobError",
+    "JobRelations",
     "JobSummary",
     "PurgeResult",
     "QueueControl",
@@ -48,10 +63,16 @@ __all__ = [
     "StatusSnapshot",
     "TaskControl",
     "WorkerInfo",
+    "WorkflowJob",
+    "WorkflowProgress",
     "add_queue",
+    "batch_progress",
+    "cancel_batch",
     "cancel_job",
+    "cancel_workflow",
     "enqueue_job",
     "get_job",
+    "job_relations",
     "jsonable",
     "list_jobs",
     "make_job",
@@ -62,8 +83,11 @@ __all__ = [
     "resume_queue",
     "retry_job",
     "retry_jobs",
+    "retry_workflow",
     "set_queue_limits",
     "set_task_limit",
     "status",
     "task_controls",
+    "workflow_jobs",
+    "workflow_progress",
 ]

@@ -20,6 +20,7 @@ import asyncio
 import concurrent.futures
 import contextvars
 import functools
+import json
 import threading
 import traceback
 from dataclasses import dataclass
@@ -27,9 +28,10 @@ from typing import Any
 
 import psycopg
 
+from .._db import workflows as workflows_db
 from .._db.jobs import JobsDB
 from ..errors import Cancel, InvalidArgumentsError, ResultError, Retry, Snooze, UndecodableArgsError
-from ..models import Job, JobContext, JobState, Outcome
+from ..models import BatchInfo, Job, JobContext, JobState, Outcome
 from ..results.encode import DEFAULT_MAX_RESULT_BYTES, encode_result
 from ..task import TaskDef
 from .connections import Connections
@@ -104,6 +106,10 @@ def failure_outcome(task: TaskDef | None, job: Job, exc: BaseException, worker_i
 
 COMPLETED = Outcome(JobState.COMPLETED)
 
+#: A child's parents as its context shows them: (results, states) by parent id, and for a
+#: batch callback the batch's counts.
+_Parents = tuple[dict[int, Any], dict[int, str], BatchInfo | None] | None
+
 
 class HandlerRunner:
     """Runs handlers: ``async def`` ones on the loop, plain ones in a thread pool of
@@ -144,14 +150,36 @@ class HandlerRunner:
         with self._sync_lock:
             return self._sync_running
 
+    async def _parents(self, task: TaskDef, job: Job) -> _Parents:
+        """A child's parents, read before its handler runs (only for jobs with parents whose
+        handler takes a context): (results, states) by parent id."""
+        if not (job.has_parents and task.pass_context):
+            return None
+        async with self.connections.connection() as conn:
+            rows = await workflows_db.parent_results(conn, self.db.schema, job.id)
+            batch = await workflows_db.callback_batch(conn, self.db.schema, job.id) if not rows else None
+        return (
+            {r.id: None if r.result is None else json.loads(r.result) for r in rows},
+            {r.id: r.state or "removed" for r in rows},
+            None if batch is None else BatchInfo(*batch),
+        )
+
+    def _context(self, job: Job, parents: _Parents, conn: Any = None) -> JobContext:
+        if parents is None:
+            return JobContext(job, self.worker_id, conn)
+        return JobContext(
+            job, self.worker_id, conn, parent_results=parents[0], parent_states=parents[1], batch=parents[2]
+        )
+
     async def run(self, task: TaskDef, job: Job) -> Attempt:
         straggler: asyncio.Future[Any] | None = None
         try:
+            parents = await self._parents(task, job)
             if task.is_async:
-                result = await asyncio.wait_for(self._call_async(task, job), task.timeout)
+                result = await asyncio.wait_for(self._call_async(task, job, parents), task.timeout)
             else:
                 straggler = asyncio.get_running_loop().run_in_executor(
-                    self.threads, functools.partial(contextvars.copy_context().run, self._call_sync, task, job)
+                    self.threads, functools.partial(contextvars.copy_context().run, self._call_sync, task, job, parents)
                 )
                 result = await asyncio.wait_for(asyncio.shield(straggler), task.timeout)
                 straggler = None
@@ -183,39 +211,39 @@ class HandlerRunner:
         """
         return None if value is None else encode_result(task.name, value, self.max_result_bytes)
 
-    async def _call_async(self, task: TaskDef, job: Job) -> str | None:
+    async def _call_async(self, task: TaskDef, job: Job, parents: _Parents) -> str | None:
         """Run an ``async def`` handler; returns its result as JSON text (None: none).
         A transactional one records its completion, result included, in its transaction."""
         if not task.transactional:
             if task.pass_context:
-                return self._completed(task, await task.fn(JobContext(job, self.worker_id), **job.args))
+                return self._completed(task, await task.fn(self._context(job, parents), **job.args))
             return self._completed(task, await task.fn(**job.args))
         async with self.connections.connection() as conn, conn.transaction():
-            result = self._completed(task, await task.fn(JobContext(job, self.worker_id, conn), **job.args))
+            result = self._completed(task, await task.fn(self._context(job, parents, conn), **job.args))
             outcome = COMPLETED if result is None else Outcome(JobState.COMPLETED, result=result)
             held = await self.db.record_outcomes(conn, [(job.id, job.lease_token, outcome)])
             if job.id not in held:
                 raise LeaseLost()  # rolls back the handler's writes with it
         return None
 
-    def _call_sync(self, task: TaskDef, job: Job) -> str | None:
+    def _call_sync(self, task: TaskDef, job: Job, parents: _Parents) -> str | None:
         with self._sync_lock:
             self._sync_running += 1
         try:
-            return self._call_sync_handler(task, job)
+            return self._call_sync_handler(task, job, parents)
         finally:
             with self._sync_lock:
                 self._sync_running -= 1
 
-    def _call_sync_handler(self, task: TaskDef, job: Job) -> str | None:
+    def _call_sync_handler(self, task: TaskDef, job: Job, parents: _Parents) -> str | None:
         # In the handler's thread: a big result is encoded off the event loop.
         if not task.transactional:
             if task.pass_context:
-                return self._completed(task, task.fn(JobContext(job, self.worker_id), **job.args))
+                return self._completed(task, task.fn(self._context(job, parents), **job.args))
             return self._completed(task, task.fn(**job.args))
         conn: psycopg.Connection[Any]
         with self.connections.sync_pool().connection() as conn, conn.transaction():
-            result = self._completed(task, task.fn(JobContext(job, self.worker_id, conn), **job.args))
+            result = self._completed(task, task.fn(self._context(job, parents, conn), **job.args))
             outcome = COMPLETED if result is None else Outcome(JobState.COMPLETED, result=result)
             if job.id not in self.db.record_outcomes_sync(conn, [(job.id, job.lease_token, outcome)]):
                 raise LeaseLost()

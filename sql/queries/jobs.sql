@@ -70,7 +70,8 @@ FROM picked
 WHERE j.id = picked.id
 RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempt, j.max_attempts,
           j.lease_token, j.run_at, j.created_at, picked.started_at - j.run_at AS pickup_delay,
-          coalesce(j.scheduled_at, j.run_at) AS scheduled_at, j.snoozes, j.expires_at, j.concurrency_key
+          coalesce(j.scheduled_at, j.run_at) AS scheduled_at, j.snoozes, j.expires_at, j.concurrency_key,
+          j.waiting_on IS NOT NULL AS has_parents
 
 -- name: job_claim_one_queue
 -- Claim up to %(limit)s available jobs of one queue in the index's order (priority DESC,
@@ -181,7 +182,7 @@ WITH outcome AS (
     FROM jsonb_to_recordset(%(outcomes)s::jsonb)
          AS o(id bigint, token uuid, state {schema}.job_state, delay float8, error jsonb, result text)
 ), locked AS MATERIALIZED (
-    SELECT j.id, o.state, o.delay, o.error, o.result, j.awaited
+    SELECT j.id, o.state, o.delay, o.error, o.result, j.awaited, j.has_children
     FROM outcome AS o
     JOIN {schema}.jobs_live AS j ON j.id = o.id AND j.lease_token = o.token
     ORDER BY j.id
@@ -208,17 +209,27 @@ WITH outcome AS (
               coalesce(j.scheduled_at, j.run_at) AS scheduled_at, j.attempt, j.max_attempts, j.unique_key, j.created_at, j.started_at, j.worker_id,
               CASE WHEN l.error IS NULL THEN j.errors
                    ELSE j.errors || jsonb_build_array(l.error || jsonb_build_object('at', now())) END AS errors,
-              j.concurrency_key, j.expires_at, j.snoozes, j.dedupe_key, l.result::jsonb AS result, l.awaited
+              j.concurrency_key, j.expires_at, j.snoozes, j.dedupe_key, l.result::jsonb AS result, l.awaited,
+              j.waiting_on, l.has_children, j.workflow_id
 ), moved AS (
     INSERT INTO {schema}.jobs
         (id, queue, task, args, state, priority, run_at, scheduled_at, attempt, max_attempts, unique_key,
          created_at, started_at, finished_at, worker_id, errors, concurrency_key, expires_at, snoozes, dedupe_key,
-         result)
+         result, waiting_on, has_children, workflow_id)
     SELECT id, queue, task, args, new_state, priority, run_at, scheduled_at, attempt, max_attempts, unique_key,
            created_at, started_at, now(), worker_id, errors, concurrency_key, expires_at, snoozes, dedupe_key,
-           result
+           result, waiting_on, has_children, workflow_id
     FROM finished
     RETURNING id
+), dependents AS (
+    -- Workflows: the dependents of the jobs finished here are released or cancelled by this
+    -- statement (settle_dependents(), migration 0011). Only jobs others depend on
+    -- (has_children, read from the row as locked) get there: for a batch of plain jobs the
+    -- HAVING is false and nothing is called. No row comes out ("IS NULL" of a count).
+    SELECT NULL::bigint AS id
+    FROM (SELECT {schema}.settle_dependents(array_agg(id ORDER BY id), array_agg(new_state ORDER BY id)) AS n
+          FROM finished WHERE has_children HAVING count(*) > 0) AS s
+    WHERE s.n IS NULL
 ), results_woken AS (
     -- At most one row: pg_notify() runs once, and "IS NULL" (never true of its void result)
     -- keeps that row out of the ids returned.
@@ -227,6 +238,7 @@ WITH outcome AS (
     WHERE pg_notify({results_channel}, '') IS NULL
 )
 SELECT id FROM retried UNION ALL SELECT id FROM moved UNION ALL SELECT id FROM results_woken
+UNION ALL SELECT id FROM dependents
 
 -- name: job_extend_leases
 -- Heartbeat: extend the leases this worker still holds; returns the ids still held, each

@@ -89,14 +89,15 @@ WITH leader AS (
 ), discarded AS (
     INSERT INTO {schema}.jobs
         (id, queue, task, args, state, priority, run_at, scheduled_at, attempt, max_attempts, unique_key,
-         created_at, started_at, finished_at, worker_id, errors, concurrency_key, expires_at, snoozes, dedupe_key)
+         created_at, started_at, finished_at, worker_id, errors, concurrency_key, expires_at, snoozes, dedupe_key,
+         waiting_on, has_children, workflow_id)
     SELECT id, queue, task, args, 'discarded', priority, run_at, coalesce(scheduled_at, run_at), attempt,
            max_attempts, unique_key, created_at, started_at, now(), worker_id,
            errors || jsonb_build_array(jsonb_build_object(
                'attempt', attempt, 'type', 'LeaseExpired',
                'message', 'lease expired on the last attempt: the worker crashed, hung or lost its connection',
                'worker', worker_id, 'at', now())),
-           concurrency_key, expires_at, snoozes, dedupe_key
+           concurrency_key, expires_at, snoozes, dedupe_key, waiting_on, has_children, workflow_id
     FROM dead
     RETURNING id
 ), past_deadline AS (
@@ -118,17 +119,27 @@ WITH leader AS (
 ), expired_jobs AS (
     INSERT INTO {schema}.jobs
         (id, queue, task, args, state, priority, run_at, scheduled_at, attempt, max_attempts, unique_key,
-         created_at, started_at, finished_at, worker_id, errors, concurrency_key, expires_at, snoozes, dedupe_key)
-    SELECT id, queue, task, args, 'cancelled', priority, run_at, coalesce(scheduled_at, run_at), attempt,
+         created_at, started_at, finished_at, worker_id, errors, concurrency_key, expires_at, snoozes, dedupe_key,
+         waiting_on, has_children, workflow_id)
+    SELECT id, queue, task, args, 'cancelled', priority, CASE WHEN waiting_on > 0 THEN scheduled_at ELSE run_at END,
+           coalesce(scheduled_at, run_at), attempt,
            max_attempts, unique_key, created_at, started_at, now(), worker_id,
            errors || jsonb_build_array(jsonb_build_object(
                'attempt', attempt, 'type', 'pgqueue.Expired',
                'message', 'expired: not started by its deadline ' || to_char(expires_at AT TIME ZONE 'UTC',
                                                                              'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
                'at', now())),
-           concurrency_key, expires_at, snoozes, dedupe_key
+           concurrency_key, expires_at, snoozes, dedupe_key, waiting_on, has_children, workflow_id
     FROM deadline_gone
     RETURNING id
+), dependents AS (
+    -- Workflows: dependents of the jobs discarded or expired here are settled by this
+    -- statement (settle_dependents(), migration 0011); only jobs with has_children get there.
+    SELECT {schema}.settle_dependents(array_agg(f.id ORDER BY f.id), array_agg(f.state ORDER BY f.id)) AS n
+    FROM (SELECT id, 'discarded'::{schema}.job_state AS state FROM dead WHERE has_children
+          UNION ALL
+          SELECT id, 'cancelled'::{schema}.job_state FROM deadline_gone WHERE has_children) AS f
+    HAVING count(*) > 0
 ), notified AS (
     SELECT pg_notify({channel}, q) FROM (SELECT DISTINCT queue FROM promoted) AS p(q)
 ), results_woken AS (
@@ -142,7 +153,9 @@ SELECT (SELECT ok FROM leader) AS leader,
        (SELECT count(*) FROM promoted) AS promoted,
        (SELECT count(*) FROM rescued) AS rescued,
        (SELECT count(*) FROM discarded) AS discarded,
-       (SELECT count(*) FROM notified) + (SELECT count(*) FROM results_woken) AS notified,
+       -- "dependents" is referenced here so that it runs (its count is not reported).
+       (SELECT count(*) FROM notified) + (SELECT count(*) FROM results_woken)
+           + 0 * coalesce((SELECT n FROM dependents), 0) AS notified,
        now() AS now,
        (SELECT count(*) FROM expired_jobs) AS expired
 

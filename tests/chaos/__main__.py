@@ -29,6 +29,15 @@ def main() -> int:
     parser.add_argument(
         "--limits", action="store_true", help="run the queue under flow control (limits, rates, a pause) and check it"
     )
+    parser.add_argument(
+        "--workflows",
+        type=float,
+        nargs="?",
+        const=10.0,
+        default=None,
+        metavar="RATE",
+        help="also create diamond graphs and batches (RATE per second, default 10; one in ten a batch) and check them",
+    )
     args = parser.parse_args()
     report = run_chaos(
         args.minutes * 60,
@@ -38,6 +47,7 @@ def main() -> int:
         keep=args.keep,
         keep_always=True,
         limits=Limits() if args.limits else None,
+        workflow_rate=args.workflows,
     )
     print(report.line())
     return 0 if report.ok else 1

@@ -28,6 +28,7 @@ import psycopg
 from .limits import LimitReport
 from .producer import Intent
 from .workers import ProcEvent
+from .workflows import WorkflowReport
 
 __all__ = ["Report", "Run", "check", "check_runs"]
 
@@ -77,6 +78,8 @@ class Report:
     seconds: float = 0.0
     #: With flow control in the run: whether the limits, rates and pause held.
     limits: LimitReport | None = None
+    #: With workflows in the run: whether dependencies and batch callbacks held.
+    workflows: WorkflowReport | None = None
 
     @property
     def ok(self) -> bool:
@@ -90,6 +93,7 @@ class Report:
             or self.unrun
             or self.side_task_deaths
             or (self.limits is not None and bool(self.limits.violations))
+            or (self.workflows is not None and bool(self.workflows.violations))
         )
 
     def line(self) -> str:
@@ -105,7 +109,9 @@ class Report:
             f" unexplained) overlaps={ovl_total} ({self.overlaps_explained}/{len(self.overlaps_unexplained)})"
             f" tx_effects_wrong={len(self.tx_wrong)} attempts_over_max={len(self.over_max)}"
             f" completed_unrun={len(self.unrun)} worker_side_task_deaths={self.side_task_deaths}"
-            f" in {self.seconds:.0f}s" + (f"; {self.limits.line()}" if self.limits is not None else "")
+            f" in {self.seconds:.0f}s"
+            + (f"; {self.limits.line()}" if self.limits is not None else "")
+            + (f"; {self.workflows.line()}" if self.workflows is not None else "")
         )
 
     def failing(self) -> list[int]:

@@ -26,6 +26,7 @@ from .faults import FaultController
 from .limits import Limits, apply_limits, check_limits
 from .producer import Producer
 from .workers import EXIT_BY_HANDLER, WorkerPool
+from .workflows import WorkflowProducer, check_workflows
 
 __all__ = ["run_chaos"]
 
@@ -55,12 +56,15 @@ def run_chaos(
     keep_always: bool = False,
     log: Callable[[str], None] = _log,
     limits: Limits | None = None,
+    workflow_rate: float | None = None,
 ) -> Report:
     """Inject faults for ``seconds`` while jobs flow, drain, check; returns the report.
 
     With ``limits`` the queue runs under them (and is paused for a few seconds in the
     middle), every job carries a concurrency key, and ``report.limits`` says whether they
-    held.
+    held. With ``workflow_rate``, diamond-shaped graphs and batches with callbacks are
+    created at that rate too (one in ten a batch), and ``report.workflows`` says whether
+    dependencies, callbacks and rolled-back creations held.
 
     Worker logs and the server log are copied to ``keep`` (if given) when the run fails
     (or always, with ``keep_always``).
@@ -70,6 +74,7 @@ def run_chaos(
     cluster = PrivateCluster()
     pool: WorkerPool | None = None
     producer: Producer | None = None
+    flows: WorkflowProducer | None = None
     report: Report | None = None
     try:
         cluster.start()
@@ -95,6 +100,9 @@ def run_chaos(
         _wait_for_listeners(direct, workers)
         producer = Producer(direct, rate=rate, seed=seed, keys=limits.keys if limits else 0)
         producer.start()
+        if workflow_rate is not None:
+            flows = WorkflowProducer(direct, rate=workflow_rate, seed=seed)
+            flows.start()
         controller = FaultController(cluster, pool, lease=LEASE, seed=seed, log=log)
         pauser = _Pauser(direct, after=seconds * 0.4, hold=3.0, log=log) if limits is not None else None
         if pauser is not None:
@@ -103,9 +111,17 @@ def run_chaos(
         if pauser is not None:
             pauser.join()
         producer.stop()
+        if flows is not None:
+            flows.stop()
         controller.heal_all()
         log(f"faults done ({sum(controller.counts.values())}); producer enqueued {producer.enqueued}; draining")
-        _drain(direct, set(producer.intent.committed) | set(producer.intent.unknown), drain_timeout, log)
+        wanted = set(producer.intent.committed) | set(producer.intent.unknown)
+        if flows is not None:
+            wanted |= flows.ids()
+            log(f"workflow producer: {len(flows.diamonds)} diamonds, {len(flows.batches)} batches committed")
+        _drain(direct, wanted, drain_timeout, log)
+        if flows is not None:
+            _drain_callbacks(direct, drain_timeout, log)
         pool.stop()
         faults = Counter(controller.counts)
         with psycopg.connect(direct, autocommit=True) as conn:
@@ -114,6 +130,8 @@ def run_chaos(
             report = check(conn, producer.intent, pool.events, faults)
             if limits is not None:
                 report.limits = check_limits(conn, limits, pool.events, pauser.windows if pauser else [])
+            if flows is not None:
+                report.workflows = check_workflows(conn, flows)
         report.side_task_deaths = pool.log_text().count("worker side task")
         report.seconds = time.monotonic() - started
         if not report.ok:
@@ -125,6 +143,8 @@ def run_chaos(
     finally:
         if producer is not None:
             producer.stop()
+        if flows is not None:
+            flows.stop()
         if pool is not None:
             with contextlib.suppress(Exception):
                 pool.stop(timeout=5)
@@ -202,6 +222,20 @@ def _drain(dsn: str, ids: set[int], timeout: float, log: Callable[[str], None]) 
             log(f"drain timed out after {timeout}s")
             return
         time.sleep(0.5)
+
+
+def _drain_callbacks(dsn: str, timeout: float, log: Callable[[str], None]) -> None:
+    """Wait until the batches' callback jobs (enqueued as the last members settled) are final."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(psycopg.OperationalError), psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pgqueue.jobs_live AS j JOIN pgqueue.batches AS b ON j.id = ANY(b.callback_ids)"
+            ).fetchone()
+            if row is not None and row[0] == 0:
+                return
+        time.sleep(0.5)
+    log(f"callbacks not drained after {timeout}s")
 
 
 def _describe(conn: psycopg.Connection[Any], job_id: int) -> str:

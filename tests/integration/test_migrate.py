@@ -30,6 +30,7 @@ LIVE_INDEXES = {
     "jobs_live_unique_key",
     "jobs_live_keyed",
     "jobs_live_expires",
+    "jobs_live_workflow",
 }
 
 

@@ -26,7 +26,7 @@ LAYERS: list[set[str]] = [
     {"_dsn", "embedded", "logging_setup", "_enqueue", "cron.ticks"},
     {"_db"},  # the SQL seam
     {"task", "cron.schedule", "metrics", "roles"},
-    {"maintenance", "migrate", "cron.scheduler", "cron", "results"},
+    {"maintenance", "migrate", "cron.scheduler", "cron", "results", "workflow", "batch"},
     {"worker", "ops"},
     {"app"},
     {"runner", "pgqueue"},  # "pgqueue": the package's own __init__, the public API

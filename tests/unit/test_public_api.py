@@ -8,10 +8,13 @@ import pgqueue
 PUBLIC = [
     "App",
     "Backoff",
+    "Batch",
+    "BatchInfo",
     "Cancel",
     "ConfigError",
     "CronScheduler",
     "DatabaseUnavailableError",
+    "Dependency",
     "EnqueueError",
     "InvalidArgumentsError",
     "InvalidQueueError",
@@ -38,6 +41,8 @@ PUBLIC = [
     "UnknownTaskError",
     "Worker",
     "WorkerConfig",
+    "Workflow",
+    "WorkflowError",
     "__version__",
 ]
 
