@@ -104,6 +104,11 @@ PGQUEUE = Contender(
     remaining_sql="SELECT count(*) FROM pgqueue.jobs_live",
 )
 
+# pgqueue on uvloop's event loop (`--contenders pgqueue,pgqueue-uvloop`).
+PGQUEUE_UVLOOP = dataclasses.replace(
+    PGQUEUE, name="pgqueue-uvloop", worker_args=("--uvloop", "1"), needs=("uvloop",), variant=True
+)
+
 # pgqueue whose handler returns a small dict, stored as each job's result: what results
 # cost the completion (`--contenders pgqueue,pgqueue-result`).
 PGQUEUE_RESULT = dataclasses.replace(PGQUEUE, name="pgqueue-result", worker_args=("--result", "1"), variant=True)
@@ -216,7 +221,7 @@ RAW_100 = raw(100)
 RAW_NAME = re.compile(r"raw-sql-b([1-9][0-9]*)")
 
 CONTENDERS: dict[str, Contender] = {
-    c.name: c for c in (PGQUEUE, PGQUEUE_NO_CURSOR, PGQUEUE_RESULT, PGQUEUE_AWAITED, RAW_1, RAW_100)
+    c.name: c for c in (PGQUEUE, PGQUEUE_NO_CURSOR, PGQUEUE_RESULT, PGQUEUE_AWAITED, PGQUEUE_UVLOOP, RAW_1, RAW_100)
 }
 
 # pgqueue as of another revision, for before/after comparisons in one run: point
