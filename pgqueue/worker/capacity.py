@@ -96,10 +96,12 @@ class Capacity:
         return self.prefetch > 0 and self.buffered <= self.prefetch // 2 and self.used >= self.concurrency
 
     def unbuffered(self, buffered: int) -> None:
-        """The buffer now holds ``buffered`` jobs; wake the fetcher if it ran low and more
-        is waiting."""
-        self.buffered = buffered
-        if self.backlog and self.prefetch and buffered <= self.prefetch // 2:
+        """The buffer now holds ``buffered`` jobs; wake the fetcher if jobs left it, it ran
+        low and more is waiting."""
+        before, self.buffered = self.buffered, buffered
+        # Only when jobs left the buffer: a fetcher that cannot claim (outcomes hold the
+        # leases back) must not be woken over and over by a buffer that stays low.
+        if buffered < before and self.backlog and self.prefetch and buffered <= self.prefetch // 2:
             self.wake.set()
 
     def free_by_queue(self) -> dict[str, int]:
