@@ -136,6 +136,11 @@ PGQUEUE_FAN = dataclasses.replace(
     PGQUEUE, name="pgqueue-fan100", reset=_workflow_reset, preload=_fan_preload, variant=True
 )
 
+# pgqueue on uvloop's event loop (`--contenders pgqueue,pgqueue-uvloop`).
+PGQUEUE_UVLOOP = dataclasses.replace(
+    PGQUEUE, name="pgqueue-uvloop", worker_args=("--uvloop", "1"), needs=("uvloop",), variant=True
+)
+
 # pgqueue whose handler returns a small dict, stored as each job's result: what results
 # cost the completion (`--contenders pgqueue,pgqueue-result`).
 PGQUEUE_RESULT = dataclasses.replace(PGQUEUE, name="pgqueue-result", worker_args=("--result", "1"), variant=True)
@@ -250,7 +255,8 @@ RAW_NAME = re.compile(r"raw-sql-b([1-9][0-9]*)")
 CONTENDERS: dict[str, Contender] = {
     c.name: c
     for c in (
-        PGQUEUE, PGQUEUE_NO_CURSOR, PGQUEUE_RESULT, PGQUEUE_AWAITED, PGQUEUE_CHAIN, PGQUEUE_FAN, RAW_1, RAW_100,
+        PGQUEUE, PGQUEUE_NO_CURSOR, PGQUEUE_RESULT, PGQUEUE_AWAITED, PGQUEUE_CHAIN, PGQUEUE_FAN, PGQUEUE_UVLOOP,
+        RAW_1, RAW_100,
     )
 }  # fmt: skip
 

@@ -5,6 +5,7 @@ the database's refusals.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -85,14 +86,20 @@ def _find_bad_argument(args: Mapping[str, Any]) -> str:
     return "arguments are not JSON-serialisable"
 
 
+#: One encoder for every job (json.dumps with options would build one per call).
+_ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+
+
 def encode_args(task: str, args: Mapping[str, Any], max_bytes: int) -> str:
     """Encode job arguments as JSON text, or raise an error naming the bad argument."""
     for key in args:
         if not isinstance(key, str):
             raise InvalidArgumentsError(f"task {task!r}: argument names must be strings, got {key!r}")
     try:
-        text = json.dumps(args, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
-        size = len(text.encode("utf-8"))
+        text = _ENCODER.encode(args)
+        # A character is at most 4 bytes of UTF-8: only a long text needs counting (the
+        # encoding also refuses lone surrogates, which PostgreSQL cannot store).
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
     except (TypeError, ValueError, UnicodeEncodeError, RecursionError):
         raise InvalidArgumentsError(
             f"task {task!r}: {_find_bad_argument(args)} (args must be JSON: str, int, float, bool, None, list, dict)"
@@ -220,6 +227,25 @@ def check_max_attempts(max_attempts: int) -> int:
     return max_attempts
 
 
+def _check_common_uncached(task: Any, queue: Any, priority: Any) -> None:
+    validate_task_name(task)
+    validate_queue(queue)
+    if isinstance(priority, bool) or not isinstance(priority, int) or priority not in PRIORITY_RANGE:
+        raise ConfigError(f"priority must be an int in -32768..32767, got {priority!r}")
+
+
+#: The checks every job needs, remembered for the few (task, queue, priority) a producer
+#: uses (a refusal raises, so only valid ones are remembered).
+_check_common_cached = functools.lru_cache(maxsize=1024)(_check_common_uncached)
+
+
+def _check_common(task: Any, queue: Any, priority: Any) -> None:
+    if type(task) is str and type(queue) is str and type(priority) is int:
+        _check_common_cached(task, queue, priority)
+    else:
+        _check_common_uncached(task, queue, priority)
+
+
 def make_spec(
     task: str,
     args: Mapping[str, Any],
@@ -241,10 +267,7 @@ def make_spec(
     """A checked job. ``concurrency_key`` is final (a declared argument already read);
     ``unique`` rules with no ``unique_key`` derive the key from ``task`` and ``args``
     (``defaults``: the handler's default values)."""
-    validate_task_name(task)
-    validate_queue(queue)
-    if isinstance(priority, bool) or not isinstance(priority, int) or priority not in PRIORITY_RANGE:
-        raise ConfigError(f"priority must be an int in -32768..32767, got {priority!r}")
+    _check_common(task, queue, priority)
     if run_at is not None and delay is not None:
         raise ConfigError("give run_at or delay, not both")
     if run_at is not None:

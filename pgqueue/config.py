@@ -73,7 +73,8 @@ class WorkerConfig:
     shutdown_timeout: float = 30.0
     #: Use LISTEN/NOTIFY for instant wake-up. Off means polling only.
     listen: bool = True
-    #: Most jobs claimed in one statement (never more than free capacity).
+    #: Most jobs claimed in one statement: the free slots, plus, for jobs shorter than a
+    #: claim's round trip, jobs claimed ahead to start as slots free up (worker/prefetch.py).
     fetch_batch: int = 100
     #: Completions are written in batches of at most this many ...
     completion_batch: int = 500

@@ -1,5 +1,6 @@
 """A pgqueue worker with one no-op task, ``bench.noop`` (with ``--result 1`` it returns a
-small dict, stored as the job's result; a job enqueued with ``s`` sleeps that many seconds)."""
+small dict, stored as the job's result; a job enqueued with ``s`` sleeps that many seconds; with
+``--uvloop 1`` it runs on uvloop's event loop)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,14 @@ def build_app(dsn: str) -> pgqueue.App:
 
 def main() -> None:
     global REPORT, RESULT
-    args = parse([("--fetch-batch", int, 100), ("--claim-cursor-threshold", float, 0.02), ("--result", int, 0)])
+    args = parse(
+        [
+            ("--fetch-batch", int, 100),
+            ("--claim-cursor-threshold", float, 0.02),
+            ("--result", int, 0),
+            ("--uvloop", int, 0),
+        ]
+    )
     REPORT = args.report
     RESULT = bool(args.result)
     logging.basicConfig(level=logging.WARNING)
@@ -56,7 +64,12 @@ def main() -> None:
         stats: Any = worker.stats
         print(f"STATS claims={stats.claims} empty_claims={stats.empty_claims} completed={stats.completed}", flush=True)
 
-    asyncio.run(run())
+    if args.uvloop:
+        import uvloop
+
+        uvloop.run(run())
+    else:
+        asyncio.run(run())
 
 
 if __name__ == "__main__":

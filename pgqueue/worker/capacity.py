@@ -6,13 +6,19 @@ pool of ``concurrency`` slots. A claim takes at most the free slots of each queu
 
 Two limits apply on top, whichever is lower: the slots, and the leases held, which also
 count outcomes not yet written: at most one concurrency's worth of outcomes may wait for
-the completer, so a slow database slows claiming instead of piling up leases that must be
-heartbeated.
+the completer (plus the prefetch target: short jobs finish faster than a commit, so as
+many outcomes as the buffer holds jobs may wait), so a slow database slows claiming
+instead of piling up leases that must be heartbeated.
 
 The fetcher is woken when a slot frees up and waiting work can use it: the last claim of
 the slot's pool came back full (``backlog``: more is waiting), or limits held back the
 slot's queue (``blocked``: a job of that queue finishing frees one of its global slots,
 which the next claim, carrying the job's outcome, can take at once).
+
+Prefetch (:mod:`.prefetch`): a claim may also take up to ``prefetch`` jobs beyond the free
+slots, which the executor buffers (``buffered``) and starts as slots free up. While jobs
+are buffered a freed slot goes to the next of them, so the fetcher is woken instead when
+the buffer runs down to half its target.
 """
 
 from __future__ import annotations
@@ -58,6 +64,10 @@ class Capacity:
         self.blocked: set[str] = set()
         #: With slots per queue: queues whose last claim took all their free slots.
         self.waiting: set[str] = set()
+        #: Jobs to hold claimed beyond the free slots (set by the fetcher; 0: none).
+        self.prefetch = 0
+        #: Jobs claimed and waiting in the executor's buffer for a slot.
+        self.buffered = 0
         # With a backlog, refill once this much of a pool is free rather than one job at a time.
         self._refill_at = {p: max(1, min(n, fetch_batch) // 2) for p, n in self.slots.items()}
 
@@ -67,7 +77,32 @@ class Capacity:
         return len(self.slots) > 1 or _SHARED not in self.slots
 
     def free(self) -> int:
-        return min(self.concurrency - self.used, 2 * self.concurrency - len(self.leases))
+        return min(self.concurrency - self.used, 2 * self.concurrency + self.prefetch - len(self.leases))
+
+    def claimable(self, fetch_batch: int) -> int:
+        """Jobs the next claim may take: the free slots, plus what the buffer lacks of
+        ``prefetch`` (nothing more while unwritten outcomes hold the slots back)."""
+        free = self.free()
+        if free <= 0 and self.used < self.concurrency:
+            return 0  # slots are free but leases are not: outcomes wait to be written
+        shortfall = max(self.prefetch - self.buffered, 0)
+        return min(max(free, 0) + shortfall, fetch_batch)
+
+    def refill_due(self) -> bool:
+        """Whether a claim is worth making now: a slot is free, or the buffer ran down to
+        half its target."""
+        if self.free() > 0:
+            return True
+        return self.prefetch > 0 and self.buffered <= self.prefetch // 2 and self.used >= self.concurrency
+
+    def unbuffered(self, buffered: int) -> None:
+        """The buffer now holds ``buffered`` jobs; wake the fetcher if jobs left it, it ran
+        low and more is waiting."""
+        before, self.buffered = self.buffered, buffered
+        # Only when jobs left the buffer: a fetcher that cannot claim (outcomes hold the
+        # leases back) must not be woken over and over by a buffer that stays low.
+        if buffered < before and self.backlog and self.prefetch and buffered <= self.prefetch // 2:
+            self.wake.set()
 
     def free_by_queue(self) -> dict[str, int]:
         """Each served queue's free slots (its pool's), capped by :meth:`free`."""
@@ -82,6 +117,8 @@ class Capacity:
         pool = self._pool(queue)
         self.used -= 1
         self._used[pool] -= 1
+        if self.buffered:
+            return  # the next buffered job takes the slot (the buffer running low wakes)
         pool_free = self.slots.get(pool, 0) - self._used[pool]
         if queue in self.blocked or (
             (self.backlog or queue in self.waiting) and pool_free >= self._refill_at.get(pool, 1)

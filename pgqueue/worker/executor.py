@@ -8,6 +8,13 @@ the completer reports the outcome written, drop the lease and record it once (st
 metrics, the log line: :class:`~pgqueue.worker.stats.Report`). The attempt's task returns
 the outcome it handed over.
 
+Jobs claimed beyond the free slots (prefetch, :mod:`.prefetch`) wait in a buffer
+(:meth:`Executor.submit`); a slot freed by an attempt goes straight to the next of them.
+Each has a deadline to start by, while enough of its lease is left for the heartbeat
+(which extends running jobs' leases only) to reach it; one past it is not run but handed
+back to the fetcher to release (:meth:`Executor.take_expired`). On stop the buffer is
+emptied first (:meth:`Executor.take_buffered`) and released.
+
 The heartbeat's answer comes here too (:meth:`~Executor.on_heartbeat`): an attempt whose
 lease was lost is cancelled (its outcome would be fenced anyway), and an operator's
 cancel request sets the attempt's flag (and cancels an ``async def`` handler).
@@ -20,7 +27,8 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Iterable, Mapping
 
 from ..models import CANCEL_FLAG, CancelFlag, Job, JobState, Outcome
 from ..task import TaskDef
@@ -29,6 +37,7 @@ from .capacity import Capacity
 from .completer import Completer
 from .handler import Attempt, HandlerRunner
 from .leases import Heartbeat, Leases
+from .prefetch import Prefetch
 from .stats import Report
 
 __all__ = ["Executor"]
@@ -47,6 +56,7 @@ class Executor:
         completer: Completer,
         report: Report,
         worker_id: str,
+        prefetch: Prefetch | None = None,
     ) -> None:
         self.tasks = tasks
         self.runner = runner
@@ -59,6 +69,73 @@ class Executor:
         #: job id -> the task running its attempt.
         self.running: dict[int, asyncio.Task[Outcome | None]] = {}
         self._started_at: dict[int, float] = {}
+        self.prefetch = prefetch
+        #: Claimed jobs waiting for a slot, each with the monotonic times of its claim and
+        #: of the deadline to start it by.
+        self.buffer: deque[tuple[Job, float, float]] = deque()
+        #: Buffered jobs whose deadline passed, for the fetcher to release.
+        self.expired: list[Job] = []
+        self._starting = True
+
+    # -- the buffer -----------------------------------------------------------------------
+
+    def submit(self, jobs: Iterable[Job], claimed_at: float, start_by: float) -> None:
+        """Start claimed jobs while slots are free and buffer the rest (their lease is
+        held in the database, not yet heartbeated), to start by ``start_by``."""
+        self.buffer.extend((job, claimed_at, start_by) for job in jobs)
+        self.fill()
+
+    def fill(self) -> None:
+        """Start buffered jobs while slots are free; set aside those past their deadline."""
+        buffer = self.buffer
+        free = self.capacity.free() if self._starting else 0
+        while buffer and free > 0:
+            job, claimed_at, start_by = buffer.popleft()
+            if time.monotonic() >= start_by:
+                self._expire(job, claimed_at)
+                continue
+            self.start(job)
+            free -= 1
+        self._prune_buffer()
+        self.capacity.unbuffered(len(buffer))
+
+    def _prune_buffer(self) -> None:
+        # Deadlines grow along the buffer (claims come in order): look at the head only.
+        now = time.monotonic()
+        while self.buffer and self.buffer[0][2] <= now:
+            job, claimed_at, _ = self.buffer.popleft()
+            self._expire(job, claimed_at)
+
+    def _expire(self, job: Job, claimed_at: float) -> None:
+        self.expired.append(job)
+        if self.prefetch is not None:
+            self.prefetch.stalled(time.monotonic() - claimed_at)
+        self.capacity.wake.set()
+
+    def take_expired(self) -> list[Job]:
+        """Buffered jobs whose lease ran too short to start them (to release)."""
+        self._prune_buffer()
+        self.capacity.unbuffered(len(self.buffer))
+        expired, self.expired = self.expired, []
+        return expired
+
+    def stop_starting(self) -> None:
+        """Start no more buffered jobs (stopping: they will be released)."""
+        self._starting = False
+
+    def take_buffered(self) -> list[Job]:
+        """Stop starting buffered jobs; return every one not started (to release)."""
+        self._starting = False
+        jobs = [job for job, _, _ in self.buffer] + self.expired
+        self.buffer.clear()
+        self.expired = []
+        self.capacity.unbuffered(0)
+        return jobs
+
+    @property
+    def next_deadline(self) -> float | None:
+        """When the first buffered job must have started by (None: buffer empty)."""
+        return self.buffer[0][2] if self.buffer else None
 
     # -- one attempt ----------------------------------------------------------------------
 
@@ -89,7 +166,7 @@ class Executor:
                 # Cancelled: by shutdown (which releases the lease) or by a lost lease
                 # (already dropped). Either way nothing is written from here.
                 self._forget(job.id, flag)
-                self.capacity.release(job.queue)
+                self._slot_done(job)
                 raise
             attempt = Attempt(operator_cancel_outcome(job, self.worker_id))
         outcome = self.cancels.adjust(job.id, attempt.outcome)
@@ -110,8 +187,16 @@ class Executor:
                 with contextlib.suppress(BaseException):
                     await attempt.straggler
         finally:
-            self.capacity.release(job.queue)
+            self._slot_done(job)
         return outcome
+
+    def _slot_done(self, job: Job) -> None:
+        started = self._started_at.get(job.id)
+        if started is not None and self.prefetch is not None:
+            self.prefetch.observe_job(time.monotonic() - started)
+        self.capacity.release(job.queue)
+        if self.buffer:
+            self.fill()
 
     def written(self, job: Job, outcome: Outcome, accepted: bool) -> None:
         """The completer wrote ``outcome`` (``accepted``), or the fence refused it."""

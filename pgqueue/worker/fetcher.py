@@ -14,6 +14,11 @@
   the completer).
 * A claim that fails (database unreachable, a finished-job partition missing) gives its
   outcomes back to the completer and is retried with backoff.
+* Prefetch (:mod:`.prefetch`): for short jobs a claim also takes up to a target number of
+  jobs beyond the free slots, which the executor buffers and starts as slots free up; the
+  loop claims again when the buffer ran down to half its target. Never where a buffered
+  job would hold something back: queues with slots of their own, flow control (limited
+  claims), transactional handlers. Buffered jobs whose lease ran short are released here.
 * Once stopping, nothing new is claimed; jobs claimed by a claim in flight when the stop
   came are released at once, their attempt not counted.
 """
@@ -39,6 +44,7 @@ from .completer import Batch, Completer
 from .connections import Connections
 from .executor import Executor
 from .flow import FlowControl
+from .prefetch import Prefetch
 from .stats import Report
 
 __all__ = ["Fetcher"]
@@ -68,6 +74,7 @@ class Fetcher:
         report: Report,
         stopping: asyncio.Event,
         listening: Callable[[], bool],
+        prefetch: Prefetch,
     ) -> None:
         self.db = db
         self.connections = connections
@@ -86,6 +93,11 @@ class Fetcher:
         self.stopping = stopping
         self.listening = listening
         self._retries = Retries(RECONNECT_BACKOFF)
+        self.prefetch = prefetch
+        self._transactional = any(t.transactional for t in executor.tasks.values())
+        # A buffered job starts by its claim + this; the rest of its lease covers the time
+        # until the first heartbeat after it started, with a tenth of the lease to spare.
+        self._buffer_window = config.lease - config.heartbeat_interval - config.lease / 10
 
     @property
     def wake_pending(self) -> bool:
@@ -96,33 +108,50 @@ class Fetcher:
         """Claim until stopped."""
         cfg = self.config
         capacity = self.capacity
+        executor = self.executor
         while not self.stopping.is_set():
             capacity.wake.clear()
-            free = capacity.free()
-            if free <= 0:
+            expired = executor.take_expired()
+            if expired:
+                await self.release_unstarted(expired, "whose lease ran short in the buffer")
+            executor.fill()
+            capacity.prefetch = self._prefetch_target()
+            limit = capacity.claimable(cfg.fetch_batch)
+            if limit <= 0:
                 capacity.backlog = True
             elif self.task_limits:
-                limit = min(free, cfg.fetch_batch)
                 before = capacity.free_by_queue() if capacity.pooled else None
                 if before is not None and max(before.values(), default=0) <= 0:
                     capacity.backlog = True  # every queue's own slots are taken
                     await self._wait()
                     continue
+                claimed_at = time.monotonic()
                 jobs = await self._claim(limit)
                 if jobs is None:
                     continue  # failed (and waited), or stopping
                 if self.stopping.is_set() and jobs:
-                    await self._release_unstarted(jobs)
+                    await self.release_unstarted(jobs, "claimed during stop")
                     break
+                self.prefetch.observe_claim(time.monotonic() - claimed_at)
                 self.report.claimed(jobs)
-                for job in jobs:
-                    self.executor.start(job)
+                # A buffered job must start while enough of its lease is left for the
+                # heartbeat to reach it (the database's clock started it after claimed_at).
+                executor.submit(jobs, claimed_at, claimed_at + self._buffer_window)
                 capacity.backlog = len(jobs) == limit
                 if before is not None:
                     capacity.observe_claim(before, jobs, limit)
-                if capacity.backlog and capacity.free() > 0:
+                if capacity.backlog and capacity.refill_due():
                     continue  # more is waiting and we have room: claim again now
             await self._wait()
+
+    def _prefetch_target(self) -> int:
+        """Jobs to claim beyond the free slots. None where a buffered job would hold
+        something back: a slot of a queue with its own (pools), a limited slot (flow
+        control: a limited claim counts claimed jobs as started), or a connection
+        (transactional handlers)."""
+        if self.capacity.pooled or self.flow.limited or self._transactional or self.stopping.is_set():
+            return 0
+        return self.prefetch.target()
 
     async def _claim(self, limit: int) -> list[Job] | None:
         """One claim with the buffered outcomes; None when nothing was claimed because it
@@ -134,6 +163,11 @@ class Fetcher:
                     return None  # stop() came while we waited for a connection
                 began = time.monotonic()
                 await self.flow.refresh_if_due(conn, began)
+                if self.flow.limited and limit > self.capacity.free():
+                    # Limits came into force since the limit was set with prefetch: a
+                    # limited claim must never take more than the free slots.
+                    self.capacity.prefetch = 0
+                    return None
                 batch = self.completer.take()
                 outcomes = [(j.id, j.lease_token, o) for j, o in batch]
                 if self.flow.limited:
@@ -221,16 +255,21 @@ class Fetcher:
         timeout = max(cfg.poll_interval, cfg.poll_interval_listening) if self.listening() else cfg.poll_interval
         if self.flow.wake_at is not None:  # a rate window frees a start then
             timeout = min(timeout, max(self.flow.wake_at - time.monotonic(), 0.0))
+        deadline = self.executor.next_deadline
+        if deadline is not None:  # a buffered job must be released then
+            timeout = min(timeout, max(deadline - time.monotonic(), 0.0))
         return timeout
 
-    async def _release_unstarted(self, jobs: list[Job]) -> None:
+    async def release_unstarted(self, jobs: list[Job], why: str) -> None:
+        """Hand claimed jobs that never started back as available, their attempt not
+        counted (a job whose lease was lost meanwhile is left alone)."""
         try:
             async with self.connections.connection() as conn:
                 self.report.stats.released += await within(
                     self.config.lease, self.db.release(conn, {j.id: j.lease_token for j in jobs}), "release"
                 )
         except TRANSIENT as exc:
-            log.error("could not release %d jobs claimed during stop (%s); the rescuer will", len(jobs), brief(exc))
+            log.error("could not release %d jobs %s (%s); the rescuer will", len(jobs), why, brief(exc))
 
     async def _sleep_unless_stopping(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):

@@ -15,9 +15,10 @@ own module (the guarantees they uphold are in docs/guarantees.md):
   periodic services that every process runs; the database picks one per round.
 
 Side tasks are supervised: if one dies of an unexpected error the worker stops and
-``run()`` raises it, rather than limping on. Shutdown (``stop()``): stop claiming, let
-in-flight jobs finish for up to ``shutdown_timeout``, cancel the rest and release them
-to ``available`` without counting the attempt, write every pending outcome, deregister.
+``run()`` raises it, rather than limping on. Shutdown (``stop()``): stop claiming, release
+the jobs claimed ahead (prefetch) that never started, let in-flight jobs finish for up to
+``shutdown_timeout``, cancel the rest and release them to ``available`` without counting
+the attempt, write every pending outcome, deregister.
 
 Signals are the caller's business (the CLI installs them); this is a library object.
 
@@ -56,6 +57,7 @@ from .flow import FlowControl
 from .handler import HandlerRunner
 from .leases import Leases
 from .listener import Listener
+from .prefetch import Prefetch
 from .registry import Registry
 from .stats import Report, WorkerStats
 
@@ -157,6 +159,7 @@ class Worker:
             config=cfg,
             held=self.leases_held,
         )
+        self.prefetch = Prefetch(concurrency=slots, fetch_batch=cfg.fetch_batch)
         self.flow = FlowControl(self.db, self.queues, tasks, refresh_interval=cfg.heartbeat_interval)
         self.executor = Executor(
             tasks=tasks,
@@ -172,6 +175,7 @@ class Worker:
             completer=self.completer,
             report=self.report,
             worker_id=self.worker_id,
+            prefetch=self.prefetch,
         )
         self.completer.subscribe(self.executor.written)
         self.listener = (
@@ -201,6 +205,7 @@ class Worker:
             report=self.report,
             stopping=self._stopping,
             listening=self._listening,
+            prefetch=self.prefetch,
         )
         self.cron = (
             CronScheduler(schedules, self.connections, schema=app.schema, worker_id=self.worker_id)
@@ -226,6 +231,7 @@ class Worker:
         if not self._stopping.is_set():
             log.info("worker %s stopping: no new claims; waiting for %d in-flight jobs", self.worker_id, self.in_flight)
         self._stopping.set()
+        self.executor.stop_starting()
         self.wake()
 
     def wake(self) -> None:
@@ -239,7 +245,8 @@ class Worker:
 
     @property
     def in_flight(self) -> int:
-        return len(self.executor.running)
+        """Jobs this process holds: running, and claimed ahead in the prefetch buffer."""
+        return len(self.executor.running) + len(self.executor.buffer)
 
     @property
     def sync_handlers_running(self) -> int:
@@ -297,6 +304,9 @@ class Worker:
         """After the fetch loop ended: finish or release in-flight jobs, write every
         outcome, deregister."""
         cfg = self.config
+        unstarted = self.executor.take_buffered()
+        if unstarted:  # prefetched, never started: back to available first
+            await self.fetcher.release_unstarted(unstarted, "buffered at stop")
         leftover = await self.executor.stop(cfg.shutdown_timeout)
         if leftover:
             try:
