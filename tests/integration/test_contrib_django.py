@@ -5,6 +5,7 @@ comes with manage.py migrate, manage.py pgqueue runs pgqueue's commands."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -150,6 +151,7 @@ def test_manage_py_pgqueue_runs_pgqueue_commands_on_the_django_database(
     assert "django.tasks.run" in out
     with pytest.raises(Exception, match="exited with status"):
         call_command("pgqueue", "jobs", "show", "999999")
+    assert "PGQUEUE_DSN" not in os.environ  # the command's environment does not leak
 
 
 def test_other_databases_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,16 +17,21 @@ def run_cli(args: list[str], prog: str) -> None:
     """Run the pgqueue command line with ``args`` on the Django database."""
     from .....cli.main import app as cli
 
+    saved = {name: os.environ.get(name) for name in ("PGQUEUE_DSN", "PGQUEUE_SCHEMA")}
     os.environ["PGQUEUE_DSN"] = dsn()
     os.environ["PGQUEUE_SCHEMA"] = schema()
     try:
         cli(args=args, prog_name=prog)
     except SystemExit as exc:
         if exc.code not in (0, None):
-            raise CommandError(
-                f"{prog} {' '.join(args)} exited with status {exc.code}",
-                returncode=int(exc.code) if isinstance(exc.code, int) else 1,
-            ) from None
+            code = exc.code if isinstance(exc.code, int) else 1
+            raise CommandError(f"{prog} {' '.join(args)} exited with status {exc.code}", returncode=code) from None
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 class Command(BaseCommand):
