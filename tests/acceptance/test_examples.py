@@ -12,6 +12,7 @@ import sys
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +38,14 @@ def run(args: list[str], cwd: Path, dsn: str, **extra: str) -> str:
     return proc.stdout
 
 
+@dataclass
+class Served:
+    proc: subprocess.Popen[str]
+    output: str = ""
+
+
 @contextmanager
-def serving(
-    args: list[str], cwd: Path, dsn: str, ok: tuple[int, ...] = (0,), **extra: str
-) -> Iterator[subprocess.Popen[str]]:
+def serving(args: list[str], cwd: Path, dsn: str, ok: tuple[int, ...] = (0,), **extra: str) -> Iterator[Served]:
     """A long-running process, stopped with SIGTERM at the end (it must exit with one of ``ok``)."""
     proc = subprocess.Popen(
         [sys.executable, *args],
@@ -50,8 +55,9 @@ def serving(
         stderr=subprocess.STDOUT,
         text=True,
     )
+    served = Served(proc)
     try:
-        yield proc
+        yield served
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -61,7 +67,7 @@ def serving(
             out, _ = proc.communicate()
             raise AssertionError(f"{args} did not stop on SIGTERM:\n{out}") from None
     assert proc.returncode in ok, f"{args} exited {proc.returncode}:\n{out}"
-    proc.output = out  # type: ignore[attr-defined]
+    served.output = out
 
 
 def test_plain_script(empty_dsn: str) -> None:
@@ -100,13 +106,13 @@ def test_fastapi_app(dsn: str) -> None:
     uvicorn = ["-m", "uvicorn", "app:api", "--port", str(port), "--log-level", "info"]
     # uvicorn shuts down gracefully on SIGTERM, then ends by that signal.
     with serving(uvicorn, EXAMPLES / "fastapi_app", dsn, ok=(0, -signal.SIGTERM)) as server:
-        wait_until(lambda: answers(f"{base}/orders/0") or server.poll() is not None, timeout=60)
-        assert server.poll() is None, "uvicorn exited at startup"
+        wait_until(lambda: answers(f"{base}/orders/0") or server.proc.poll() is not None, timeout=60)
+        assert server.proc.poll() is None, "uvicorn exited at startup"
         created = http("POST", f"{base}/orders/1")
         assert created["order"] == 1
         done = wait_until(lambda: (o := http("GET", f"{base}/orders/1"))["confirmed"] and o, timeout=30)
         assert done == {"order": 1, "confirmed": True, "result": "order 1 confirmed"}
-    assert "Application shutdown complete" in server.output  # type: ignore[attr-defined]  (the worker stopped)
+    assert "Application shutdown complete" in server.output  # the lifespan stopped the worker
 
 
 def test_django_project(empty_dsn: str) -> None:
