@@ -30,8 +30,9 @@ LAYERS: list[set[str]] = [
     {"worker", "ops"},
     {"app"},
     {"runner", "pgqueue"},  # "pgqueue": the package's own __init__, the public API
-    {"testing", "contrib"},  # helpers for users' tests, framework integrations: nothing imports them
+    {"testing"},  # helpers for users' tests: nothing imports them
     {"cli", "__main__"},
+    {"contrib"},  # framework integrations (Django's commands wrap the CLI): nothing imports them
 ]
 
 
