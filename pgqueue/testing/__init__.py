@@ -266,6 +266,7 @@ def advance(app: App, seconds: float | timedelta, *, queues: Sequence[str] | str
     not move: only the jobs' timers (unique periods and cron are not affected).
     """
     amount = _seconds(seconds, "seconds")
-    assert amount is not None
+    if amount is None:
+        raise ConfigError("seconds must be given (seconds >= 0 or a timedelta)")
     with psycopg.connect(app.dsn, autocommit=True) as conn:
         return TestingDB(app.schema).advance(conn, amount, queues=_queues(app, queues))
