@@ -33,14 +33,16 @@ def _time(name: str, value: str) -> datetime:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def _text(name: str, value: str | None, limit: int) -> str | None:
+def _text(name: str, value: str | None, limit: int, *, exact: bool = False) -> str | None:
+    """A filter value (None: not given). ``exact`` names (queue, task) are kept as typed,
+    so that a look-alike never matches the real name; other values lose outer blanks."""
     if value is None or not value.strip():
         return None
     if len(value) > limit:
         raise ConfigError(f"{name} is longer than {limit} characters")
     if "\x00" in value:
         raise ConfigError(f"{name} contains a NUL character")
-    return value.strip()
+    return value if exact else value.strip()
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +69,8 @@ class JobFilter:
         end = _text("created_to", params.get("created_to"), 40)
         return cls(
             state=parsed_state,
-            queue=_text("queue", params.get("queue"), MAX_NAME),
-            task=_text("task", params.get("task"), MAX_NAME),
+            queue=_text("queue", params.get("queue"), MAX_NAME, exact=True),
+            task=_text("task", params.get("task"), MAX_NAME, exact=True),
             text=_text("text", params.get("text"), MAX_TEXT),
             created_from=None if start is None else _time("created_from", start),
             created_to=None if end is None else _time("created_to", end),
