@@ -23,11 +23,13 @@ __all__ = [
     "cancel_jobs",
     "delete_jobs",
     "job_cron_tick",
+    "failures_rows",
     "job_page",
     "overview_row",
     "queue_names",
     "retry_jobs",
     "session_role",
+    "workers_rows",
 ]
 
 Row = dict[str, Any]
@@ -39,6 +41,18 @@ def overview_row(conn: Conn, schema: str, *, minutes: int) -> Row:
     with translated(conn, schema), conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(queries_for(schema)["dash_overview"], {"minutes": minutes}).fetchone()
     return expect_row(row, "dash_overview")
+
+
+def workers_rows(conn: Conn, schema: str) -> list[Row]:
+    """The ``workers`` view alone."""
+    with translated(conn, schema), conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(queries_for(schema)["status_workers"]).fetchall()
+
+
+def failures_rows(conn: Conn, schema: str, limit: int) -> list[Row]:
+    """The ``failures`` view alone, the most recent groups first."""
+    with translated(conn, schema), conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(queries_for(schema)["status_failures"], {"n": limit}).fetchall()
 
 
 def queue_names(conn: Conn, schema: str) -> list[str]:

@@ -12,7 +12,8 @@ from html import escape
 
 __all__ = ["Point", "bar_chart", "line_chart"]
 
-WIDTH, HEIGHT, PAD_LEFT, PAD_BOTTOM, PAD_TOP = 600, 140, 44, 18, 8
+WIDTH, HEIGHT, PAD_LEFT, PAD_RIGHT, PAD_BOTTOM, PAD_TOP = 600, 140, 44, 16, 18, 8
+PLOT_W = WIDTH - PAD_LEFT - PAD_RIGHT
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,17 +36,18 @@ def _nice_max(value: float) -> float:
 
 def _frame(title: str, top: float, points: Sequence[Point], unit: str) -> list[str]:
     plot_h = HEIGHT - PAD_BOTTOM - PAD_TOP
+    base = PAD_TOP + plot_h
     out = [
         f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(title)}" '
         'xmlns="http://www.w3.org/2000/svg">',
         f"<title>{escape(title)}</title>",
-        f'<line x1="{PAD_LEFT}" y1="{PAD_TOP + plot_h}" x2="{WIDTH}" y2="{PAD_TOP + plot_h}" class="axis"/>',
+        f'<line x1="{PAD_LEFT}" y1="{base}" x2="{PAD_LEFT + PLOT_W}" y2="{base}" class="axis"/>',
         f'<text x="{PAD_LEFT - 4}" y="{PAD_TOP + 8}" class="tick" text-anchor="end">{_fmt(top)}{unit}</text>',
         f'<text x="{PAD_LEFT - 4}" y="{PAD_TOP + plot_h}" class="tick" text-anchor="end">0</text>',
     ]
     if points:
         step = max(1, len(points) // 6)
-        slot = (WIDTH - PAD_LEFT) / len(points)
+        slot = PLOT_W / len(points)
         for i in range(0, len(points), step):
             x = PAD_LEFT + slot * (i + 0.5)
             out.append(f'<text x="{x:.1f}" y="{HEIGHT - 4}" class="tick" text-anchor="middle">')
@@ -62,7 +64,7 @@ def bar_chart(title: str, points: Sequence[Point], classes: Sequence[str]) -> st
     top = _nice_max(max((sum(p.values) for p in points), default=0.0))
     plot_h = HEIGHT - PAD_BOTTOM - PAD_TOP
     out = _frame(title, top, points, "")
-    slot = (WIDTH - PAD_LEFT) / max(len(points), 1)
+    slot = PLOT_W / max(len(points), 1)
     for i, point in enumerate(points):
         base = float(PAD_TOP + plot_h)
         tip = " + ".join(f"{v:g}" for v in point.values)
@@ -79,12 +81,12 @@ def bar_chart(title: str, points: Sequence[Point], classes: Sequence[str]) -> st
     return "".join(out)
 
 
-def line_chart(title: str, points: Sequence[Point], unit: str = "", top: float | None = None) -> str:
-    """A line through each point's first value (None-free); ``top`` fixes the scale."""
-    scale = top if top is not None else _nice_max(max((p.values[0] for p in points), default=0.0))
+def line_chart(title: str, points: Sequence[Point], unit: str = "", floor: float = 1.0) -> str:
+    """A line through each point's first value, scaled to the largest (at least ``floor``)."""
+    scale = _nice_max(max([floor, *(p.values[0] for p in points)]))
     plot_h = HEIGHT - PAD_BOTTOM - PAD_TOP
     out = _frame(title, scale, points, unit)
-    slot = (WIDTH - PAD_LEFT) / max(len(points), 1)
+    slot = PLOT_W / max(len(points), 1)
     coords = [
         f"{PAD_LEFT + slot * (i + 0.5):.1f},{PAD_TOP + plot_h - plot_h * min(p.values[0], scale) / scale:.1f}"
         for i, p in enumerate(points)

@@ -70,7 +70,7 @@ class DashboardConfig:
     #: Jobs per page, and how many jobs one page (or one batch of a bulk action) looks at
     #: at most when filtering: what keeps every page equally fast on any table size.
     page_size: int = 50
-    scan_limit: int = 20_000
+    scan_limit: int = 10_000
     batch_size: int = 500
     #: Minutes of history in the overview's charts.
     chart_minutes: int = 30

@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 from .. import ops
 from .._db import cron as cron_db
@@ -21,6 +21,8 @@ from .config import DashboardConfig
 from .filters import JobFilter
 
 __all__ = ["JobView", "Overview", "job_view", "jobs_page", "overview"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +74,7 @@ def overview(conn: Conn, config: DashboardConfig) -> Overview:
         queues=queues,
         paused=set(row["paused"]),
         throughput_svg=bar_chart("Finished jobs per minute (completed, discarded)", bars, ("completed", "discarded")),
-        failure_svg=line_chart("Discarded share of finished jobs per minute", rates, "%", top=100.0),
+        failure_svg=line_chart("Discarded share of finished jobs per minute", rates, "%", floor=5.0),
         totals=totals,
     )
 
@@ -118,12 +120,19 @@ def job_view(conn: Conn, config: DashboardConfig, job_id: int) -> JobView:
     return JobView(job, config.args_visible(job.task), tick, relations)
 
 
-def workers(conn: Conn, config: DashboardConfig) -> ops.StatusSnapshot:
-    return ops.status(conn, config.schema, failures_limit=1, retention=False)
+def _build(cls: type[T], row: dict[str, Any]) -> T:
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    return cls(**{k: (float(v) if isinstance(v, Decimal) else v) for k, v in row.items() if k in names})
 
 
-def failures(conn: Conn, config: DashboardConfig) -> ops.StatusSnapshot:
-    return ops.status(conn, config.schema, failures_limit=500, retention=False)
+def workers(conn: Conn, config: DashboardConfig) -> list[ops.WorkerInfo]:
+    """The ``workers`` view (and nothing else: ``ops.status`` reads every view)."""
+    return [_build(ops.WorkerInfo, r) for r in db.workers_rows(conn, config.schema)]
+
+
+def failures(conn: Conn, config: DashboardConfig) -> list[ops.FailureGroup]:
+    """The ``failures`` view, at most 500 groups, the latest first."""
+    return [_build(ops.FailureGroup, r) for r in db.failures_rows(conn, config.schema, 500)]
 
 
 def cron(conn: Conn, config: DashboardConfig) -> list[cron_db.StatusRow]:

@@ -64,15 +64,15 @@ async def job(request: Request) -> Response:
 @handled
 async def failures(request: Request) -> Response:
     dash = dash_of(request)
-    snap = await dash.run(views.failures)
-    return dash.render(request, "failures.html", {"s": snap, "page": "failures"})
+    groups = await dash.run(views.failures)
+    return dash.render(request, "failures.html", {"failures": groups, "page": "failures"})
 
 
 @handled
 async def workers(request: Request) -> Response:
     dash = dash_of(request)
-    snap = await dash.run(views.workers)
-    return dash.render(request, "workers.html", {"s": snap, "page": "workers"})
+    found = await dash.run(views.workers)
+    return dash.render(request, "workers.html", {"workers": found, "page": "workers"})
 
 
 @handled
