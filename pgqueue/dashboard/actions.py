@@ -101,8 +101,10 @@ def _back(request: Request, form: FormData) -> str:
     return root + "/jobs"
 
 
-def _with_msg(url: str, msg: str) -> str:
-    return f"{url}{'&' if '?' in url else '?'}msg={quote(msg)}"
+def _with_msg(request: Request, url: str, msg: str) -> str:
+    """``url`` carrying ``msg`` for the next page, signed (see :meth:`Guard.sign`)."""
+    sig = dash_of(request).guard.sign(msg)
+    return f"{url}{'&' if '?' in url else '?'}msg={quote(msg)}&sig={sig}"
 
 
 @handled
@@ -113,7 +115,7 @@ async def jobs_action(request: Request) -> Response:
     outcome = await dash.run(lambda conn, cfg: apply_action(conn, cfg, action, ids))
     actor = dash.guard.actor(request)
     log.info("dashboard: %s by %s on jobs %s: %s", action, actor, _id_list(ids), outcome.text(action))
-    return RedirectResponse(_with_msg(_back(request, form), outcome.text(action)), status_code=303)
+    return RedirectResponse(_with_msg(request, _back(request, form), outcome.text(action)), status_code=303)
 
 
 def _id_list(ids: list[int]) -> str:
@@ -192,7 +194,7 @@ def _queue_action(fn: Callable[[Conn, str, str], Any], verb: str) -> Callable[[R
         await dash.run(lambda conn, cfg: fn(conn, cfg.schema, queue))
         log.info("dashboard: %s queue %r by %s", verb, queue, dash.guard.actor(request))
         target = str(request.url_for("queues"))
-        return RedirectResponse(_with_msg(target, f"queue {queue} {verb}"), status_code=303)
+        return RedirectResponse(_with_msg(request, target, f"queue {queue} {verb}"), status_code=303)
 
     endpoint.__name__ = f"queue_{verb}"
     return endpoint
@@ -210,7 +212,9 @@ async def queue_limit(request: Request) -> Response:
     await dash.run(lambda conn, cfg: ops.set_queue_limits(conn, cfg.schema, queue, concurrency=limit))
     log.info("dashboard: queue %r concurrency set to %s by %s", queue, limit, dash.guard.actor(request))
     target = str(request.url_for("queues"))
-    return RedirectResponse(_with_msg(target, f"queue {queue}: concurrency {limit or 'unlimited'}"), status_code=303)
+    return RedirectResponse(
+        _with_msg(request, target, f"queue {queue}: concurrency {limit or 'unlimited'}"), status_code=303
+    )
 
 
 ROUTES = [

@@ -54,12 +54,17 @@ class Dashboard:
             "read_only": self.config.read_only,
             "refresh": self.config.refresh_seconds,
             "schema": self.config.schema,
-            "msg": request.query_params.get("msg", "")[:300],
+            "msg": self.message(request),
         }
         response = self.templates.TemplateResponse(request, name, {**base, **context}, status_code=status)
         if new:
             response.set_cookie(CSRF_COOKIE, token, httponly=True, samesite="strict", path="/")
         return response
+
+    def message(self, request: Request) -> str:
+        """The outcome of the action that redirected here, if the dashboard signed it."""
+        msg, tag = request.query_params.get("msg", ""), request.query_params.get("sig", "")
+        return msg if msg and tag and self.guard.signed(msg, tag) else ""
 
     def error(self, request: Request, message: str, status: int) -> Response:
         return self.render(request, "error.html", {"message": message}, status=status)

@@ -72,6 +72,16 @@ class Guard:
         client = request.client.host if request.client else "?"
         return f"{user or 'anonymous'}@{client}"
 
+    # -- messages after an action ------------------------------------------------------------
+
+    def sign(self, message: str) -> str:
+        """A tag for a message carried in a redirect's URL, so that nobody can craft a link
+        that makes the dashboard say something it did not."""
+        return hmac.new(self._key, message.encode(), hashlib.sha256).hexdigest()[:32]
+
+    def signed(self, message: str, tag: str) -> bool:
+        return hmac.compare_digest(self.sign(message), tag)
+
     # -- CSRF -----------------------------------------------------------------------------
 
     @staticmethod

@@ -119,6 +119,17 @@ def test_posts_need_the_csrf_token_and_this_site_as_origin(conn: Conn, dsn: str)
         assert "samesite=strict" in cookie
 
 
+def test_messages_in_links_must_be_the_dashboards_own(conn: Conn, dsn: str) -> None:
+    job = add_job(conn, state="discarded")
+    with client_for(dsn) as client:
+        crafted = client.get("/jobs", params={"msg": "Your session expired: log in at evil.example"}).text
+        assert "evil.example" not in crafted
+        forged = client.get("/jobs", params={"msg": "hello", "sig": "0" * 32}).text
+        assert 'id="flash"' not in forged
+        location = post(client, "/actions/jobs", {"action": "retry", "ids": [str(job)]}).headers["location"]
+        assert 'id="flash"' in client.get(location).text
+
+
 def test_args_show_only_for_tasks_that_opt_in(conn: Conn, dsn: str) -> None:
     secret = add_job(conn, task="billing.charge", args={"card": "4111-1111"})
     open_ = add_job(conn, task="mail.send", args={"to": "4111-1111"})
