@@ -140,8 +140,8 @@ def cron(conn: Conn, config: DashboardConfig) -> list[cron_db.StatusRow]:
 
 
 def queues(conn: Conn, config: DashboardConfig) -> tuple[list[ops.QueueControl], list[ops.TaskControl]]:
-    """Every known queue's controls, and the queues with jobs that have none yet (shown
-    as running with no limit)."""
+    """Every known queue's controls, and the queues with live jobs that have none yet
+    (shown as running with no limit)."""
     controls = ops.queue_controls(conn, config.schema)
     known = {c.queue for c in controls}
     extra = [_unset(name) for name in db.queue_names(conn, config.schema) if name not in known]

@@ -28,8 +28,9 @@ SELECT now() AS at,
         ) AS x) AS series
 
 -- name: dash_queue_names
--- Every queue with jobs (queue_stats), for the queue controls page.
-SELECT queue FROM {schema}.queue_stats ORDER BY queue
+-- Every queue with live jobs, for the queue controls page (the live partition is small by
+-- design; finished partitions are not read).
+SELECT DISTINCT queue FROM {schema}.jobs_live ORDER BY queue
 
 -- fragment: dash_job_columns
 SELECT id, queue, task, state::text AS state, priority, attempt, max_attempts, run_at, created_at,
