@@ -15,6 +15,8 @@ from .. import ops
 from .._db import cron as cron_db
 from .._db import dashboard as db
 from .._db.conn import Conn
+from ..cron.ticks import CronExpr
+from ..errors import ConfigError
 from ..models import JobState
 from .charts import Point, bar_chart, line_chart
 from .config import DashboardConfig
@@ -135,8 +137,24 @@ def failures(conn: Conn, config: DashboardConfig) -> list[ops.FailureGroup]:
     return [_build(ops.FailureGroup, r) for r in db.failures_rows(conn, config.schema, 500)]
 
 
-def cron(conn: Conn, config: DashboardConfig) -> list[cron_db.StatusRow]:
-    return cron_db.status_rows(conn, config.schema)
+@dataclass(frozen=True, slots=True)
+class CronView:
+    row: cron_db.StatusRow
+    next_tick: datetime | None  #: None: inactive schedule, or an expression edited into nonsense
+
+
+def cron(conn: Conn, config: DashboardConfig) -> list[CronView]:
+    """Every schedule the database knows, with its next tick (as ``pgqueue cron list``
+    computes it: after the later of its last tick and now)."""
+    out = []
+    for row in cron_db.status_rows(conn, config.schema):
+        cursor = row.defined_at if row.last_tick is None else max(row.last_tick, row.defined_at)
+        try:
+            nxt = CronExpr(row.cron, row.timezone, hash_key=row.name).next_after(max(cursor, row.db_now))
+        except ConfigError:
+            nxt = None
+        out.append(CronView(row, nxt if row.active else None))
+    return out
 
 
 def queues(conn: Conn, config: DashboardConfig) -> tuple[list[ops.QueueControl], list[ops.TaskControl]]:

@@ -172,6 +172,8 @@ def test_job_page_shows_args_attempts_result_and_cron_tick(conn: Conn, dsn: str)
         assert "Traceback: line 1" in page
         assert 'id="cron-tick"' in page
         assert "nightly" in page
+        cron = client.get("/cron").text
+        assert re.search(r'<td class="next-tick">\d{4}-\d\d-\d\d 03:00:00</td>', cron), cron
         assert 'id="job-retry"' in page
         assert 'id="job-delete"' in page
         assert 'id="job-cancel"' not in page
