@@ -59,6 +59,7 @@ def dashboard(
 
         from ..dashboard import DashboardConfig, args_rule_from_app, create_app, is_loopback
         from ..dashboard.config import parse_basic_auth
+        from ..dashboard.database import Database
     except ImportError:
         raise fail(_MISSING) from None
 
@@ -85,6 +86,7 @@ def dashboard(
         )
 
     config = guard(build)
+    guard(Database(config).check)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     shown = "[::1]" if host == "::1" else host
     err.print(f"pgqueue dashboard on http://{shown}:{port}/ (pid {os.getpid()}; Ctrl-C stops it)", highlight=False)

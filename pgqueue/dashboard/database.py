@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+import psycopg
 from psycopg_pool import ConnectionPool
 
 from .._db import admin as admin_db
@@ -56,6 +57,19 @@ class Database:
     def run(self, fn: Callable[[Conn], T]) -> T:
         with self.connection() as conn:
             return fn(conn)
+
+    def check(self) -> None:
+        """Connect once as the pool will (role included) and read the live queues, so that a
+        wrong DSN, a missing schema or a role the login user cannot take fails at start with
+        its own message rather than as a pool timeout at the first request.
+
+        Raises:
+            psycopg.Error: the connection or the role was refused.
+            SchemaNotInstalledError: the schema has no pgqueue tables.
+        """
+        with psycopg.connect(self.config.dsn, autocommit=True) as conn:
+            self._configure(conn)
+            db.queue_names(conn, self.config.schema)
 
     def close(self) -> None:
         with self._lock:

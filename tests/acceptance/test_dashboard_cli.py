@@ -73,3 +73,12 @@ def test_missing_auth_off_loopback_is_one_clear_error(dsn: str) -> None:
     result = invoke("dashboard", "--dsn", dsn, "--basic-auth", "nopassword")
     assert result.exit_code == 1
     assert "USER:PASSWORD" in result.stderr
+
+
+def test_start_fails_clearly_without_the_schema_or_the_role(dsn: str, empty_dsn: str) -> None:
+    result = invoke("dashboard", "--dsn", empty_dsn)
+    assert result.exit_code == 1
+    assert "pgqueue migrate" in result.stderr
+    result = invoke("dashboard", "--dsn", dsn, "--read-only", "--role-prefix", "nosuchprefix")
+    assert result.exit_code == 1
+    assert "nosuchprefix_inspector" in result.stderr
