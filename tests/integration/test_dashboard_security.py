@@ -209,3 +209,22 @@ def test_hostile_queue_names_in_controls(conn: Conn, dsn: str, queue: str) -> No
         assert response.status_code in (400, 404)
     rows = conn.execute("SELECT name, paused FROM pgqueue.queues").fetchall()
     assert all(name == "default" for name, _ in rows)
+
+
+def test_authentication_when_mounted_under_a_prefix(dsn: str) -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+    from starlette.testclient import TestClient
+
+    from pgqueue.dashboard import create_app
+
+    outer = Starlette(routes=[Mount("/admin/queue", app=create_app(dsn=dsn, token=TOKEN))])
+    with TestClient(outer, follow_redirects=False) as client:
+        response = client.get("/admin/queue/jobs")
+        assert response.status_code == 303
+        assert response.headers["location"] == "http://testserver/admin/queue/login"
+        assert client.get("/admin/queue/login").status_code == 200
+        assert client.get("/admin/queue/static/style.css").status_code == 200
+        assert client.get("/admin/queue/static/htmx.min.js").status_code == 303
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        assert client.get("/admin/queue/jobs", headers=headers).status_code == 200
