@@ -38,7 +38,8 @@ class Guard:
     # -- authentication -------------------------------------------------------------------
 
     def session_value(self) -> str:
-        assert self.config.token is not None
+        if self.config.token is None:
+            raise RuntimeError("no token is configured: there is no token session")
         return hmac.new(self._key, self.config.token.encode(), hashlib.sha256).hexdigest()
 
     def token_matches(self, candidate: str) -> bool:
