@@ -206,7 +206,7 @@ BEGIN
         EXECUTE format('GRANT INSERT, DELETE ON %I.rate_starts TO %I', {schema_name}, {worker_name});
         EXECUTE format('GRANT EXECUTE ON FUNCTION %I.claim_lock(text[], text[], text) TO %I',
                        {schema_name}, {worker_name});
-        EXECUTE format('GRANT EXECUTE ON FUNCTION %I.claim_pick(text[], integer[], text[], integer, text[]) TO %I',
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %I.claim_pick(text[], integer[], text[], integer, text[], boolean[]) TO %I',
                        {schema_name}, {worker_name});
     END IF;
     -- Unique jobs: retention removes ledger rows that hold nothing any more.

@@ -1,8 +1,12 @@
 """The worker's seam to the database: one typed coroutine per query, nothing else.
 
-The DB modules are the only ones that run SQL: this one (the worker's), ``_cron_db``,
-``_enqueue_db``, ``_admin_db`` and ``_schema_db`` (tests/test_sql_seam.py holds them to
-it). Rows become :class:`~pgqueue.models.Job` objects here.
+The modules of ``pgqueue._db`` are the only ones that run SQL (tests/unit/test_sql_seam.py
+holds the rest of the package to it); this one runs the worker's statements. Rows become
+:class:`~pgqueue.models.Job` objects here.
+
+Why this module is about 400 lines: it is a flat list of one small method per statement
+the worker runs (claims, limited claims, outcomes, leases, timers, listening); splitting
+it would scatter the one place that says what the worker asks of PostgreSQL.
 """
 
 from __future__ import annotations
@@ -50,6 +54,9 @@ class ClaimHint:
     blocked: bool
     #: The last concurrency key visited: the next claim of this process starts after it.
     key_cursor: str | None
+    #: In a queue with per-key controls: whether the claim looked for jobs without a key
+    #: and found some (None: it did not look).
+    unkeyed: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,12 +203,15 @@ class JobsDB:
         lease: float,
         worker_id: str,
         key_cursors: Mapping[str, str | None],
+        unkeyed: Mapping[str, bool] | None = None,
         outcomes: Sequence[tuple[int, uuid.UUID, Outcome]] = (),
     ) -> tuple[list[Job], list[ClaimHint], set[int]]:
         """Claim up to ``limit`` jobs of ``queues`` (at most ``queue_limits[q]`` of each)
         that every flow control allows: pause, global queue and task concurrency, per-key
         concurrency and FIFO, rates. One round trip: the buffered ``outcomes``, the locks
-        of the controlled scopes and the claim, in one transaction.
+        of the controlled scopes and the claim, in one transaction. ``unkeyed[q]`` False
+        skips the search for jobs without a concurrency key in a queue with per-key
+        controls (missing: search).
 
         Returns the jobs, one :class:`ClaimHint` per queue looked at, and the ids of
         ``outcomes`` written.
@@ -220,6 +230,7 @@ class JobsDB:
             "lease": lease,
             "worker_id": worker_id,
             "key_cursors": [key_cursors.get(q) for q in queues],
+            "unkeyed": [(unkeyed or {}).get(q, True) for q in queues],
         }
         with translated(conn, self.schema, missing_schema=False, partition=True):
             async with conn.pipeline() as pipeline:
@@ -237,7 +248,7 @@ class JobsDB:
                 jobs = [Job(*row) for row in await claim_cur.fetchall()]
                 hints_row = await hints_cur.fetchone()
         hints = [
-            ClaimHint(h["queue"], h["wait"], bool(h["blocked"]), h["key_cursor"])
+            ClaimHint(h["queue"], h["wait"], bool(h["blocked"]), h["key_cursor"], h.get("unkeyed"))
             for h in json.loads(hints_row[0] if hints_row and hints_row[0] else "[]")
         ]
         return jobs, hints, written

@@ -4,8 +4,11 @@ Every command takes ``--dsn``, else ``$PGQUEUE_DSN`` (``work`` and ``cron list -
 else the app's ``App(dsn=...)`` first), else the embedded PostgreSQL, and says which in
 one line on stderr unless ``--dsn`` named it; and ``--schema`` (or ``$PGQUEUE_SCHEMA``).
 Errors print one clear line to stderr and exit non-zero. Shared options and helpers live
-in ``_cli_common``; command groups other than the core ones live in their own ``cli_*``
-modules, registered below.
+in ``pgqueue.cli.common``; command groups other than the core ones live in their own modules
+of ``pgqueue.cli``, registered below.
+
+Why this module is over 300 lines: it holds the core commands (migrate, enqueue, work,
+demo) whose options are the documented CLI surface; each is a thin call into the library.
 """
 
 from __future__ import annotations

@@ -20,6 +20,10 @@ pending job read again, so no NOTIFY missed while it was down loses a wake-up. P
 every ``poll_interval`` seconds is only a safety net. With nothing pending for
 ``idle_close`` seconds the connection is closed and the thread ends; the next wait starts
 them again.
+
+Why this module is over 300 lines: the registration, the connection's life (replace,
+re-LISTEN, re-read) and the idle shutdown share one thread's state and are correct only
+together.
 """
 
 from __future__ import annotations
@@ -255,15 +259,15 @@ class ResultWaiter:
     async def _idle(self, run: _Run) -> bool:
         """Wait while nothing is pending; True when the thread should end (nothing was
         registered for ``idle_close`` seconds)."""
-        assert run.wake is not None
+        wake = _wake_event(run)
         while True:
             with self._lock:
                 if self._pending:
                     return False
             _check_stop(run)
-            run.wake.clear()
+            wake.clear()
             try:
-                await asyncio.wait_for(run.wake.wait(), self.idle_close)
+                await asyncio.wait_for(wake.wait(), self.idle_close)
                 _check_stop(run)
             except TimeoutError:
                 with self._lock:
@@ -272,11 +276,11 @@ class ResultWaiter:
                         return True
 
     async def _sleep(self, run: _Run, delay: float) -> None:
-        assert run.wake is not None
+        wake = _wake_event(run)
         _check_stop(run)
-        run.wake.clear()
+        wake.clear()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(run.wake.wait(), delay)
+            await asyncio.wait_for(wake.wait(), delay)
         _check_stop(run)
 
     async def _serve(self, run: _Run, conn: psycopg.AsyncConnection[Any]) -> bool:
@@ -336,7 +340,7 @@ class ResultWaiter:
     async def _idle_on(self, run: _Run, conn: psycopg.AsyncConnection[Any]) -> bool:
         """Nothing pending, connected: keep the connection for ``idle_close`` seconds (and
         check on it), then give it up. True: give up (the thread ends)."""
-        assert run.wake is not None
+        wake = _wake_event(run)
         loop = asyncio.get_running_loop()
         until = loop.time() + self.idle_close
         while True:
@@ -347,9 +351,9 @@ class ResultWaiter:
                     run.done = True
                     return True
             _check_stop(run)
-            run.wake.clear()
+            wake.clear()
             try:
-                await asyncio.wait_for(run.wake.wait(), min(self.health_interval, until - loop.time()))
+                await asyncio.wait_for(wake.wait(), min(self.health_interval, until - loop.time()))
                 _check_stop(run)
             except TimeoutError:
                 await within(self.health_interval, self.db.ping(conn), "health check")
@@ -357,14 +361,14 @@ class ResultWaiter:
     async def _next_event(self, run: _Run, conn: psycopg.AsyncConnection[Any], timeout: float) -> str:
         """Wait up to ``timeout`` seconds: ``"notify"`` (a NOTIFY came), ``"wake"`` (a job
         was registered) or ``"quiet"`` (neither)."""
-        assert run.wake is not None
+        wake = _wake_event(run)
         _check_stop(run)
-        run.wake.clear()
+        wake.clear()
         with self._lock:  # registered since the last look: no need to wait
             if self._unmarked:
                 return "wake"
         listening = asyncio.ensure_future(self._next_notify(conn, timeout))
-        woken = asyncio.ensure_future(run.wake.wait())
+        woken = asyncio.ensure_future(wake.wait())
         try:
             await asyncio.wait({listening, woken}, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -379,7 +383,7 @@ class ResultWaiter:
         _check_stop(run)
         if got is True:
             return "notify"
-        return "wake" if run.wake.is_set() else "quiet"
+        return "wake" if wake.is_set() else "quiet"
 
     async def _next_notify(self, conn: psycopg.AsyncConnection[Any], timeout: float) -> bool:
         got = False
@@ -423,6 +427,13 @@ class ResultWaiter:
         with self._lock:
             ids = list(self._pending)
         self._fail(ids, exc, quiet=quiet)
+
+
+def _wake_event(run: _Run) -> asyncio.Event:
+    """The run's wake-up event, which its loop creates before anything waits on it."""
+    if run.wake is None:
+        raise RuntimeError("pgqueue results waiter: the loop's wake-up event is missing")
+    return run.wake
 
 
 def _check_stop(run: _Run) -> None:

@@ -3,7 +3,7 @@
 SIGTERM or SIGINT asks for a graceful stop; a second request exits at once with code 130
 (the rescuer recovers whatever was running). The same signal delivered twice within
 ``REPEAT_WINDOW`` (directly from the process group and forwarded by the supervisor) is one
-request: see ``_stop_signals``.
+request: see ``pgqueue.runner.stop_signals``.
 """
 
 from __future__ import annotations

@@ -6,11 +6,14 @@ processes inherit both across exec: a child starts parked, deaf to stop signals 
 one waits), and tells the parent over a pipe once it handles them. A stop that came before
 that is forwarded then, so it is never lost; a stop from the process group (Ctrl-C, ``kill -TERM
 -PGID``) reaches a ready child twice, directly and forwarded, which the child counts once
-(``_stop_signals``). A second stop kills the children.
+(``pgqueue.runner.stop_signals``). A second stop kills the children.
 
 Exit code: 0 when every child stopped cleanly; 130 when forced; 3 when a child cannot start
 (restarting would not help); 128+N when a child was killed by signal N; otherwise the
 gravest code a child exited with. A child that dies unexpectedly is restarted with backoff.
+
+Why this module is about 300 lines: the signal protocol above is one piece (blocking,
+parking, forwarding, counting a stop once) and reads best whole.
 """
 
 from __future__ import annotations

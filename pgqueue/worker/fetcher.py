@@ -199,6 +199,7 @@ class Fetcher:
                 lease=cfg.lease,
                 worker_id=self.worker_id,
                 key_cursors=self.flow.key_cursors,
+                unkeyed=self.flow.unkeyed(time.monotonic()),
                 outcomes=outcomes,
             ),
             "claim",

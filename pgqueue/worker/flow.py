@@ -15,6 +15,11 @@ least every ``refresh_interval`` seconds. A limited claim also says, per queue, 
 limits hold back waiting jobs (then a local job of that queue finishing is worth a claim
 at once: its slot is free again), when a full rate window frees a start, and where its
 round of concurrency keys stopped (the next claim continues after it).
+
+In a queue with per-key controls, jobs without a key are found only by walking past the
+keyed ones; a claim looks for them while that search finds some, and otherwise at most
+every :data:`UNKEYED_INTERVAL` seconds (so an unkeyed job that arrives in such a queue
+while its keyed jobs wait may start up to that much later).
 """
 
 from __future__ import annotations
@@ -24,7 +29,11 @@ from collections.abc import Iterable, Sequence
 from .._db.conn import AConn
 from .._db.jobs import ClaimHint, FlowSettings, JobsDB
 
-__all__ = ["FlowControl"]
+__all__ = ["UNKEYED_INTERVAL", "FlowControl"]
+
+#: How often a limited claim looks for jobs without a key in a queue with per-key controls
+#: when the last search found none.
+UNKEYED_INTERVAL = 1.0
 
 
 class FlowControl:
@@ -41,6 +50,8 @@ class FlowControl:
         #: Monotonic time when a full rate window frees a start (None: no such wait).
         self.wake_at: float | None = None
         self.refreshes = 0
+        #: queue -> when the search for jobs without a key is due again (absent: now).
+        self._unkeyed_due: dict[str, float] = {}
         self._refresh_at = 0.0
         self._turn = 0
 
@@ -71,11 +82,19 @@ class FlowControl:
         self._turn = (self._turn + 1) % len(self.queues)
         return self.queues[self._turn :] + self.queues[: self._turn]
 
+    def unkeyed(self, now: float) -> dict[str, bool]:
+        """Per queue, whether the next limited claim should look for jobs without a key."""
+        return {queue: now >= self._unkeyed_due.get(queue, 0.0) for queue in self.queues}
+
     def observe(self, hints: Sequence[ClaimHint], now: float) -> None:
         """Take in what a limited claim said about each queue it looked at."""
         waits = []
         for hint in hints:
             self.key_cursors[hint.queue] = hint.key_cursor
+            if hint.unkeyed is True:
+                self._unkeyed_due.pop(hint.queue, None)
+            elif hint.unkeyed is False:
+                self._unkeyed_due[hint.queue] = now + UNKEYED_INTERVAL
             if hint.blocked:
                 self.blocked.add(hint.queue)
             else:

@@ -139,13 +139,13 @@ SELECT {schema}.claim_lock(%(queues)s::text[], %(tasks)s::text[], %(lock_prefix)
 WITH picked AS MATERIALIZED (
     SELECT id, started_at
     FROM {schema}.claim_pick(%(queues)s::text[], %(queue_limits)s::integer[], %(tasks)s::text[],
-                             %(limit)s, %(key_cursors)s::text[])
+                             %(limit)s, %(key_cursors)s::text[], %(unkeyed)s::boolean[])
 )
 -- include: claim_picked
 
 -- name: job_claim_hints
 -- A limited claim, step 3: what claim_pick learnt of each queue (a JSON array of objects:
--- queue, wait, blocked, key_cursor), left for this transaction.
+-- queue, wait, blocked, key_cursor, unkeyed), left for this transaction.
 SELECT current_setting('pgqueue.claim_hints', true)
 
 -- name: flow_settings

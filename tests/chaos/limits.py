@@ -108,10 +108,72 @@ def _peak(intervals: list[tuple[datetime, datetime]]) -> int:
     return peak
 
 
+def _explain_peak(intervals: list[tuple[_Run, datetime, datetime]], reasons: dict[tuple[int, int], str]) -> str:
+    """The runs open at the first instant the queue's peak was reached: what a violation
+    report needs to be looked into."""
+    events = sorted(
+        [(s, 1, r) for r, s, _ in intervals] + [(e, -1, r) for r, _, e in intervals], key=lambda x: (x[0], x[1])
+    )
+    peak = max(0, _peak([(s, e) for _, s, e in intervals]))
+    open_runs: dict[tuple[int, int], tuple[_Run, datetime, datetime]] = {}
+    spans = {(r.job_id, r.attempt): (r, s, e) for r, s, e in intervals}
+    for _at, d, run in events:
+        key = (run.job_id, run.attempt)
+        if d > 0:
+            open_runs[key] = spans[key]
+        else:
+            open_runs.pop(key, None)
+        if len(open_runs) >= peak:
+            break
+    return "open at the peak: " + ", ".join(
+        f"job {r.job_id} attempt {r.attempt} pid {r.pid} key {r.key} {s.time()}..{e.time()} ({reasons.get(k)})"
+        for k, (r, s, e) in sorted(open_runs.items(), key=lambda kv: kv[1][1])
+    )
+
+
 def _window_peak(times: list[datetime], period: timedelta) -> int:
     """The most of ``times`` in any window (t - period, t]."""
     times = sorted(times)
     return max((i + 1 - bisect_right(times, t - period, 0, i + 1) for i, t in enumerate(times)), default=0)
+
+
+def lease_intervals(
+    runs: list[_Run], errors: dict[int, list[dict[str, Any]]], events: list[ProcEvent], shutdown_timeout: float
+) -> tuple[list[tuple[_Run, datetime, datetime]], dict[tuple[int, int], str]]:
+    """Each run's span under a valid lease, and what ended it: the run's own end, an error
+    entry for its attempt (a failure outcome or a rescue, stamped no later than the commit
+    that freed its slot), its worker's death, or its worker's stop plus the shutdown timeout
+    (the worker releases what still runs no earlier than that). Every end is at or before
+    the moment the database stopped counting the run, so a peak above a limit is a real
+    overshoot, never an artefact of the bookkeeping."""
+    deaths: dict[int, list[datetime]] = defaultdict(list)
+    stops: dict[int, list[datetime]] = defaultdict(list)
+    for ev in events:
+        if ev.what == "sigkill" or ev.what.startswith("exit:"):
+            deaths[ev.pid].append(ev.at)
+        elif ev.what == "sigterm":
+            # ev.at is recorded before the signal is sent; the worker waits shutdown_timeout
+            # from when it handles the signal before it releases what still runs.
+            stops[ev.pid].append(ev.at + timedelta(seconds=shutdown_timeout))
+    intervals: list[tuple[_Run, datetime, datetime]] = []
+    reasons: dict[tuple[int, int], str] = {}
+    for run in runs:
+        labelled = [("ended", run.ended_at)] if run.ended_at is not None else []
+        labelled += [
+            (f"error {e.get('type') or ''}".strip(), datetime.fromisoformat(str(e["at"])))
+            for e in errors.get(run.job_id, [])
+            if e.get("attempt") == run.attempt and e.get("at")
+        ]
+        labelled += [("died", t) for t in deaths.get(run.pid, []) if t >= run.started_at]
+        labelled += [("stopped", t) for t in stops.get(run.pid, []) if t >= run.started_at]
+        if labelled:
+            reason, end = min(labelled, key=lambda x: x[1])
+        else:
+            reason, end = "open", datetime.max.replace(tzinfo=run.started_at.tzinfo)
+        if end > run.started_at:
+            intervals.append((run, run.started_at, end))
+            reasons[(run.job_id, run.attempt)] = reason
+    return intervals, reasons
 
 
 def check_limits(
@@ -132,27 +194,7 @@ def check_limits(
         )
     ]
     rep.runs = len(runs)
-    deaths: dict[int, list[datetime]] = defaultdict(list)
-    stops: dict[int, list[datetime]] = defaultdict(list)
-    for ev in events:
-        if ev.what == "sigkill" or ev.what.startswith("exit:"):
-            deaths[ev.pid].append(ev.at)
-        elif ev.what == "sigterm":
-            stops[ev.pid].append(ev.at + timedelta(seconds=limits.shutdown_timeout + 1))
-
-    intervals: list[tuple[_Run, datetime, datetime]] = []
-    for run in runs:
-        ends = [run.ended_at] if run.ended_at is not None else []
-        ends += [
-            datetime.fromisoformat(str(e["at"]))
-            for e in errors.get(run.job_id, [])
-            if e.get("attempt") == run.attempt and e.get("at")
-        ]
-        ends += [t for t in deaths.get(run.pid, []) if t >= run.started_at]
-        ends += [t for t in stops.get(run.pid, []) if t >= run.started_at]
-        end = min(ends) if ends else datetime.max.replace(tzinfo=run.started_at.tzinfo)
-        if end > run.started_at:
-            intervals.append((run, run.started_at, end))
+    intervals, reasons = lease_intervals(runs, errors, events, limits.shutdown_timeout)
 
     rep.max_queue = _peak([(s, e) for _, s, e in intervals])
     by_key: dict[str, list[tuple[datetime, datetime]]] = defaultdict(list)
@@ -178,6 +220,7 @@ def check_limits(
 
     if rep.max_queue > limits.queue_concurrency:
         rep.violations.append(f"queue ran {rep.max_queue} > {limits.queue_concurrency}")
+        rep.violations.append(_explain_peak(intervals, reasons))
     if rep.max_key > limits.key_concurrency:
         rep.violations.append(f"a key ran {rep.max_key} > {limits.key_concurrency}")
     if rep.max_task > limits.task_concurrency:

@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tests.chaos.checker import Report, Run, check_runs
-from tests.chaos.limits import _peak, _window_peak
+from tests.chaos.limits import _peak, _Run, _window_peak, lease_intervals
+from tests.chaos.workers import ProcEvent
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 JOB = 7
@@ -144,3 +145,32 @@ def test_window_peak_counts_claims_in_any_window_of_the_period() -> None:
     times = [t, t + 100 * ms, t + 900 * ms, t + 1000 * ms]
     assert _window_peak(times, second) == 3
     assert _window_peak([*times, t + 999 * ms], second) == 4
+
+
+def limited_run(job_id: int, pid: int, start: float, end: float | None) -> _Run:
+    return _Run(job_id, 1, "chaos.ok", "k", pid, at(start), None if end is None else at(end), at(start))
+
+
+def test_a_stopped_workers_unfinished_run_holds_its_slot_until_the_shutdown_timeout_only() -> None:
+    # Worker 1 is told to stop at 10 s; its hung run is released once the 3 s shutdown timeout
+    # has passed (no earlier than 13 s), and another worker starts a job in the freed slot at 13.2 s.
+    hung = limited_run(1, pid=1, start=5, end=None)
+    later = limited_run(2, pid=2, start=13.2, end=14)
+    intervals, reasons = lease_intervals([hung, later], {}, [ProcEvent(1, "sigterm", at(10))], 3.0)
+    assert _peak([(s, e) for _, s, e in intervals]) == 1
+    assert reasons[(1, 1)] == "stopped"
+    # Started before the release could have happened: both held a lease at once.
+    early = limited_run(3, pid=2, start=12.5, end=14)
+    intervals, _ = lease_intervals([hung, early], {}, [ProcEvent(1, "sigterm", at(10))], 3.0)
+    assert _peak([(s, e) for _, s, e in intervals]) == 2
+
+
+def test_a_run_ends_at_the_first_of_its_end_its_error_entry_and_its_workers_death() -> None:
+    a = limited_run(1, pid=1, start=0, end=9)
+    b = limited_run(2, pid=2, start=0, end=9)
+    c = limited_run(3, pid=3, start=0, end=None)
+    errors = {2: [rescued(1, 4)]}
+    intervals, reasons = lease_intervals([a, b, c], errors, [ProcEvent(3, "sigkill", at(6))], 3.0)
+    ends = {r.job_id: e for r, _, e in intervals}
+    assert ends == {1: at(9), 2: at(4), 3: at(6)}
+    assert reasons == {(1, 1): "ended", (2, 1): "error pgqueue.LeaseExpired", (3, 1): "died"}
