@@ -31,7 +31,7 @@ LAYERS: list[set[str]] = [
     {"app"},
     {"runner", "pgqueue"},  # "pgqueue": the package's own __init__, the public API
     {"testing"},  # helpers for users' tests: nothing imports them
-    {"cli", "__main__"},
+    {"cli", "__main__", "dashboard"},
     {"contrib"},  # framework integrations (Django's commands wrap the CLI): nothing imports them
 ]
 
@@ -156,8 +156,11 @@ def test_only_the_command_line_imports_typer_and_rich() -> None:
     assert all(m == "cli" or m.startswith("cli.") for m in users), users
 
 
-def test_import_pgqueue_loads_no_command_line_library() -> None:
-    code = "import sys, pgqueue; print(sorted(m for m in ('typer', 'rich', 'pgqueue.cli') if m in sys.modules))"
+def test_import_pgqueue_loads_no_command_line_library_nor_the_dashboard() -> None:
+    code = (
+        "import sys, pgqueue, pgqueue.ops; print(sorted(m for m in ('typer', 'rich', 'pgqueue.cli',"
+        " 'pgqueue.dashboard', 'starlette', 'jinja2', 'uvicorn') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "[]"
 
