@@ -16,7 +16,7 @@ import string
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
-from importlib.abc import Traversable
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Literal
 

@@ -295,6 +295,7 @@ def demo(
     guard(lambda: run_demo(database(dsn).dsn, schema, jobs, concurrency, console))
 
 
+from . import dashboard as _dashboard  # noqa: E402,F401  (registers `pgqueue dashboard`)
 from . import jobs as _jobs  # noqa: E402,F401
 from . import status as _status  # noqa: E402,F401  (registers `pgqueue jobs ...`, `status`, `top`)
 from . import top as _top  # noqa: E402,F401

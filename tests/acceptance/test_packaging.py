@@ -71,6 +71,20 @@ def test_wheel_carries_every_sql_file(wheel: Path) -> None:
     assert not any(n.startswith(("tests/", "sql/", "bench/")) for n in names), sorted(names)
 
 
+def test_wheel_carries_every_dashboard_asset(wheel: Path) -> None:
+    """Templates, htmx (with its licence) and the stylesheet: dashboards run in closed
+    networks, so nothing may come from a CDN."""
+    package = REPO / "pgqueue" / "dashboard"
+    assets = sorted(p for p in package.rglob("*") if p.is_file() and p.suffix != ".py" and "__pycache__" not in p.parts)
+    names_wanted = {p.name for p in assets}
+    assert {"htmx.min.js", "htmx.LICENSE", "style.css", "base.html", "jobs.html"} <= names_wanted
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        for path in assets:
+            member = path.relative_to(REPO).as_posix()
+            assert member in names, f"{member} missing from {wheel.name}"
+
+
 @pytest.mark.slow  # a fresh venv, pip and an install
 def test_migrate_from_installed_wheel(wheel: Path, tmp_path: Path, empty_dsn: str) -> None:
     venv = tmp_path / "venv"

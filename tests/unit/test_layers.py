@@ -30,7 +30,9 @@ LAYERS: list[set[str]] = [
     {"worker", "ops"},
     {"app"},
     {"runner", "pgqueue"},  # "pgqueue": the package's own __init__, the public API
-    {"cli", "__main__"},
+    {"testing"},  # helpers for users' tests: nothing imports them
+    {"cli", "__main__", "dashboard"},
+    {"contrib"},  # framework integrations (Django's commands wrap the CLI): nothing imports them
 ]
 
 
@@ -154,7 +156,18 @@ def test_only_the_command_line_imports_typer_and_rich() -> None:
     assert all(m == "cli" or m.startswith("cli.") for m in users), users
 
 
-def test_import_pgqueue_loads_no_command_line_library() -> None:
-    code = "import sys, pgqueue; print(sorted(m for m in ('typer', 'rich', 'pgqueue.cli') if m in sys.modules))"
+def test_import_pgqueue_loads_no_command_line_library_nor_the_dashboard() -> None:
+    code = (
+        "import sys, pgqueue, pgqueue.ops; print(sorted(m for m in ('typer', 'rich', 'pgqueue.cli',"
+        " 'pgqueue.dashboard', 'starlette', 'jinja2', 'uvicorn') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip() == "[]"
+
+
+def test_import_pgqueue_loads_no_framework() -> None:
+    """``import pgqueue`` stays light: no web framework, ORM or test framework comes with it."""
+    frameworks = ("django", "sqlalchemy", "starlette", "fastapi", "pytest", "typer", "rich")
+    code = f"import sys, pgqueue; print(sorted(m for m in sys.modules if m.split('.')[0] in {frameworks!r}))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "[]"

@@ -1,0 +1,8 @@
+from __future__ import annotations
+
+from django.db import models
+
+
+class Order(models.Model):
+    email = models.EmailField()
+    confirmed = models.BooleanField(default=False)

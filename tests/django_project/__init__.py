@@ -1,0 +1,1 @@
+"""A small Django project for the integration tests of pgqueue.contrib.django."""

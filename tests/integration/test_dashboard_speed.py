@@ -1,0 +1,102 @@
+"""Every dashboard page on 1,000,000 finished and 20,000 live jobs (the views test's
+database): each answers, pages that filter look at a bounded window of jobs, and the
+timings are printed (run with -s to see them; docs/dashboard.md quotes them). The
+bound is checked on what the database reads, not on the clock."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from starlette.testclient import TestClient
+
+from pgqueue.dashboard import DashboardConfig, create_app
+from pgqueue.dashboard.filters import JobFilter
+from pgqueue.dashboard.views import jobs_page
+from tests.integration.test_views import BIG, big_dsn  # noqa: F401  (the million-job fixture)
+
+SCAN = 10_000
+
+
+@pytest.fixture(scope="module")
+def client(big_dsn: str) -> Iterator[TestClient]:  # noqa: F811
+    app = create_app(DashboardConfig(dsn=big_dsn, schema=BIG, show_args=True, scan_limit=SCAN))
+    with TestClient(app) as c:
+        yield c
+
+
+def _ids(dsn: str) -> dict[str, int]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        old = conn.execute(f"SELECT min(id) FROM {BIG}.jobs_discarded").fetchone()  # test-only text
+        live = conn.execute(f"SELECT max(id) FROM {BIG}.jobs_live").fetchone()
+    assert old is not None
+    assert live is not None
+    return {"old": int(old[0]), "live": int(live[0])}
+
+
+def _pages(ids: dict[str, int]) -> list[str]:
+    return [
+        "/",
+        "/live",
+        "/jobs",
+        "/jobs?state=discarded",
+        "/jobs?state=completed&before=500000",
+        "/jobs?queue=q3",
+        "/jobs?task=task_5&state=discarded",
+        "/jobs?text=boom",
+        "/jobs?text=no-such-text-anywhere",
+        "/jobs?created_from=2000-01-01T00:00&created_to=2000-01-02T00:00",
+        f"/jobs/{ids['old']}",
+        f"/jobs/{ids['live']}",
+        "/failures",
+        "/workers",
+        "/cron",
+        "/queues",
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_every_page_on_a_million_finished_jobs(big_dsn: str, client: TestClient) -> None:  # noqa: F811
+    timings: dict[str, float] = {}
+    for path in _pages(_ids(big_dsn)):
+        best = float("inf")
+        for _ in range(3):
+            start = time.perf_counter()
+            response = client.get(path)
+            best = min(best, time.perf_counter() - start)
+            assert response.status_code == 200, (path, response.text[:500])
+        timings[path] = best * 1000
+    width = max(len(p) for p in timings)
+    print("\ndashboard pages on 1,000,000 finished + 20,000 live jobs (best of 3, ms):")
+    for path, ms in timings.items():
+        print(f"  {path:<{width}}  {ms:7.1f}")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"queue": "q3"},
+        {"text": "no-such-text-anywhere"},
+        {"task": "nope", "state": "completed"},
+        {"created_from": "2000-01-01T00:00"},
+    ],
+)
+def test_a_filtered_page_looks_at_a_bounded_window(big_dsn: str, params: dict[str, Any]) -> None:  # noqa: F811
+    config = DashboardConfig(dsn=big_dsn, schema=BIG, show_args=True, scan_limit=SCAN)
+    with psycopg.connect(big_dsn, autocommit=True) as conn:
+        page = jobs_page(conn, config, JobFilter.parse(params), None)
+        assert page.bounded
+        assert page.scanned == SCAN  # a million candidates, yet one window of them
+        assert page.next_before is not None
+        # Walking on continues exactly below the window.
+        nxt = jobs_page(conn, config, JobFilter.parse(params), page.next_before)
+        assert nxt.scanned == SCAN
+        assert nxt.scanned_to is not None
+        assert page.scanned_to is not None
+        assert nxt.scanned_to < page.scanned_to
