@@ -118,8 +118,21 @@ def job_view(conn: Conn, config: DashboardConfig, job_id: int) -> JobView:
     """Raises JobNotFoundError."""
     job = ops.get_job(conn, config.schema, job_id)
     tick = db.job_cron_tick(conn, config.schema, job_id)
-    relations = None if config.job_relations is None else config.job_relations(conn, config.schema, job_id)
-    return JobView(job, config.args_visible(job.task), tick, relations)
+    relations = (config.job_relations or workflow_relations)(conn, config.schema, job_id)
+    return JobView(job, config.args_visible(job.task), tick, relations or None)
+
+
+def workflow_relations(conn: Conn, schema: str, job_id: int) -> list[tuple[str, list[int]]]:
+    """A job's parents, children and batch (see docs/workflows.md); empty for a plain job."""
+    rel = ops.job_relations(conn, schema, job_id)
+    out: list[tuple[str, list[int]]] = []
+    if rel.workflow_id is not None:
+        parents = [p for p, _, _ in rel.parents]
+        out.append((f"Workflow {rel.workflow_id}, waiting for {rel.waiting_on or 0} parent(s); parents", parents))
+        out.append(("Children", [c for c, _ in rel.children]))
+    if rel.batch_id is not None:
+        out.append((f"Member of batch {rel.batch_id}", []))
+    return out
 
 
 def _build(cls: type[T], row: dict[str, Any]) -> T:

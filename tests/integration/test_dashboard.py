@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
+import pgqueue
 from pgqueue import ops
 from pgqueue.dashboard import DashboardConfig
 from pgqueue.dashboard.views import overview
@@ -200,6 +201,24 @@ def test_job_relations_hook_lists_related_jobs(conn: Conn, dsn: str) -> None:
         assert f"/jobs/{child}" in page
     with client_for(dsn) as client:
         assert "Related jobs" not in client.get(f"/jobs/{parent}").text
+
+
+def test_a_job_page_shows_its_workflow_parents_children_and_batch_by_default(
+    conn: Conn, dsn: str, app: pgqueue.App
+) -> None:
+    @app.task(name="wf.step")
+    def step() -> None: ...
+
+    first, middle, last = (int(h) for h in app.chain(step.job(), step.job(), step.job()).enqueue(conn))
+    batch = app.create_batch(conn)
+    (member,) = batch.add(conn, step.job())
+    with client_for(dsn) as client:
+        page = client.get(f"/jobs/{middle}").text
+        assert "Related jobs" in page
+        assert re.search(rf"parents: <a href=\"[^\"]*/jobs/{first}\">", page), page
+        assert re.search(rf"Children: <a href=\"[^\"]*/jobs/{last}\">", page), page
+        assert f"Member of batch {batch.id}" in client.get(f"/jobs/{member}").text
+        assert "Related jobs" not in client.get(f"/jobs/{add_job(conn, state='available')}").text
 
 
 def test_actions_on_one_job_and_a_selection(conn: Conn, dsn: str, caplog: pytest.LogCaptureFixture) -> None:
