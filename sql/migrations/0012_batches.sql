@@ -394,3 +394,63 @@ BEGIN
     RETURN v_ids;
 END
 $fn$;
+
+-- Role setups made before this version (the roles script of an earlier release ran, and is
+-- not run again yet): give the new functions what the roles script gives them, so that
+-- producers create workflows and batches, and a worker's completion settles dependents and
+-- batch counts, without writing job_deps or batches themselves. Cancelling or retrying a
+-- whole workflow or batch stays the owner's act. A roles setup shows in enqueue()'s ACL:
+-- the script revoked PUBLIC's EXECUTE and granted it to the producer and worker roles.
+DO $grants$
+DECLARE
+    v_enqueue regprocedure :=
+        '{schema}.enqueue(text, jsonb, text, integer, timestamptz, text, integer, text, timestamptz, interval, text[], text)'::regprocedure;
+    v_acl aclitem[];
+    v_owner oid;
+    r record;
+BEGIN
+    SELECT p.proacl INTO v_acl FROM pg_catalog.pg_proc AS p WHERE p.oid = v_enqueue;
+    IF v_acl IS NULL OR EXISTS (
+        SELECT FROM pg_catalog.aclexplode(v_acl) AS a WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE'
+    ) THEN
+        RETURN;  -- no roles set up: whoever works with the schema may run its functions
+    END IF;
+    ALTER FUNCTION {schema}.settle_dependents(bigint[], {schema}.job_state[]) SECURITY DEFINER;
+    ALTER FUNCTION {schema}.enqueue_workflow(jsonb) SECURITY DEFINER;
+    ALTER FUNCTION {schema}.batch_create(jsonb) SECURITY DEFINER;
+    ALTER FUNCTION {schema}.batch_close(bigint) SECURITY DEFINER;
+    ALTER FUNCTION {schema}.batch_fire(bigint[]) SECURITY DEFINER;
+    REVOKE ALL ON FUNCTION {schema}.settle_dependents(bigint[], {schema}.job_state[]), {schema}.enqueue_workflow(jsonb),
+        {schema}.batch_create(jsonb), {schema}.batch_close(bigint), {schema}.batch_fire(bigint[]),
+        {schema}.cancel_workflow(bigint), {schema}.retry_workflow(bigint), {schema}.cancel_batch(bigint)
+        FROM PUBLIC;
+    SELECT p.proowner INTO v_owner FROM pg_catalog.pg_proc AS p WHERE p.oid = v_enqueue;
+    FOR r IN  -- they run as the role enqueue() runs as
+        SELECT x.fn FROM unnest(ARRAY[
+            '{schema}.settle_dependents(bigint[], {schema}.job_state[])'::regprocedure,
+            '{schema}.enqueue_workflow(jsonb)'::regprocedure, '{schema}.batch_create(jsonb)'::regprocedure,
+            '{schema}.batch_close(bigint)'::regprocedure, '{schema}.batch_fire(bigint[])'::regprocedure]) AS x(fn)
+        JOIN pg_catalog.pg_proc AS p ON p.oid = x.fn
+        WHERE p.proowner <> v_owner
+    LOOP
+        EXECUTE format('ALTER FUNCTION %s OWNER TO %s', r.fn, v_owner::regrole);
+    END LOOP;
+    FOR r IN  -- producers and workers
+        SELECT DISTINCT a.grantee::regrole AS grantee FROM pg_catalog.aclexplode(v_acl) AS a
+        WHERE a.privilege_type = 'EXECUTE' AND a.grantee <> v_owner
+    LOOP
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %s, %s, %s TO %s', '{schema}.enqueue_workflow(jsonb)'::regprocedure,
+                       '{schema}.batch_create(jsonb)'::regprocedure, '{schema}.batch_close(bigint)'::regprocedure,
+                       r.grantee);
+    END LOOP;
+    FOR r IN  -- workers: they may update live jobs
+        SELECT DISTINCT a.grantee::regrole AS grantee
+        FROM pg_catalog.pg_class AS c CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) AS a
+        WHERE c.oid = '{schema}.jobs_live'::regclass AND a.privilege_type = 'UPDATE'
+          AND a.grantee <> 0 AND a.grantee <> c.relowner
+    LOOP
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %s',
+                       '{schema}.settle_dependents(bigint[], {schema}.job_state[])'::regprocedure, r.grantee);
+    END LOOP;
+END
+$grants$;
