@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 import pgqueue
 from pgqueue import ConfigError, InvalidArgumentsError, ops
 from pgqueue.cli.main import app as cli_app
+from pgqueue.models import Job
 from tests.enqueue_support import claim, count_jobs
 
 Conn = psycopg.Connection[Any]
@@ -76,8 +77,8 @@ async def test_every_enqueue_path_stores_the_key(
         ("cli", "cli-key"),
     ]
     # The claim hands the key to the worker (ctx.job.concurrency_key).
-    claimed = claim(conn, "q", {"t.by_customer": 3, "t.free": 3}, limit=20)
-    assert {(r[3]["tag"], r[-1]) for r in claimed} >= {("derived-int", "42"), ("none", None)}
+    claimed = [Job(*row) for row in claim(conn, "q", {"t.by_customer": 3, "t.free": 3}, limit=20)]
+    assert {(j.args["tag"], j.concurrency_key) for j in claimed} >= {("derived-int", "42"), ("none", None)}
 
 
 @pytest.mark.parametrize(
