@@ -13,7 +13,9 @@ instead of piling up leases that must be heartbeated.
 The fetcher is woken when a slot frees up and waiting work can use it: the last claim of
 the slot's pool came back full (``backlog``: more is waiting), or limits held back the
 slot's queue (``blocked``: a job of that queue finishing frees one of its global slots,
-which the next claim, carrying the job's outcome, can take at once).
+which the next claim, carrying the job's outcome, can take at once). When the completer
+wrote that outcome on its own instead, a claim meanwhile may have seen the slot still
+taken; the write wakes the fetcher again (:meth:`Capacity.outcomes_written`).
 
 Prefetch (:mod:`.prefetch`): a claim may also take up to ``prefetch`` jobs beyond the free
 slots, which the executor buffers (``buffered``) and starts as slots free up. While jobs
@@ -104,10 +106,12 @@ class Capacity:
         if buffered < before and self.backlog and self.prefetch and buffered <= self.prefetch // 2:
             self.wake.set()
 
-    def free_by_queue(self) -> dict[str, int]:
-        """Each served queue's free slots (its pool's), capped by :meth:`free`."""
+    def free_by_queue(self, *, prefetch: bool = False) -> dict[str, int]:
+        """Each served queue's free slots (its pool's), capped by :meth:`free`; with
+        ``prefetch``, plus what the buffer lacks of its target (one shared pool only)."""
         total = self.free()
-        return {q: min(self.slots[p] - self._used[p], total) for q, p in self._pool_of.items()}
+        extra = max(self.prefetch - self.buffered, 0) if prefetch and not self.pooled else 0
+        return {q: max(min(self.slots[p] - self._used[p], total), 0) + extra for q, p in self._pool_of.items()}
 
     def take(self, queue: str) -> None:
         self.used += 1
@@ -123,6 +127,13 @@ class Capacity:
         if queue in self.blocked or (
             (self.backlog or queue in self.waiting) and pool_free >= self._refill_at.get(pool, 1)
         ):
+            self.wake.set()
+
+    def outcomes_written(self, queues: Iterable[str]) -> None:
+        """The completer wrote outcomes of jobs of ``queues`` on its own (not riding on a
+        claim): where limits held a queue back, its global slots are free only now, and a
+        claim made while the write was in flight saw them taken; wake the fetcher."""
+        if self.blocked and not self.blocked.isdisjoint(queues):
             self.wake.set()
 
     def observe_claim(self, free_before: Mapping[str, int], jobs: Iterable[Job], limit: int) -> None:

@@ -5,7 +5,8 @@ Two ways out, whichever comes first:
 * **piggyback**: when the fetcher claims, it takes the buffered outcomes and sends them in
   the same pipeline (one round trip, one commit) as the claim;
 * **timer**: otherwise a batch is written ``interval`` seconds after its first outcome
-  arrived, or at once when it reaches ``batch_size``.
+  arrived, or at once when it reaches ``batch_size``. Such a write can free global slots
+  that a claim made meanwhile still saw taken, so it is announced (:meth:`on_flushed`).
 
 Writes are fenced by lease token, so a batch can be retried after a connection error
 without harm; outcomes stay buffered (and their leases keep being extended) until the
@@ -51,6 +52,7 @@ class Completer:
         self.batch_size = batch_size
         self.interval = interval
         self._subscribers: list[Written] = []
+        self._flushed: list[Callable[[Batch], None]] = []
         self.repair_partitions = repair_partitions
         self.timeout = timeout  # longest a write may hang before its connection is given up
         self._pending: Batch = []
@@ -61,6 +63,11 @@ class Completer:
     def subscribe(self, on_written: Written) -> None:
         """Call ``on_written`` for every outcome the database answered for."""
         self._subscribers.append(on_written)
+
+    def on_flushed(self, callback: Callable[[Batch], None]) -> None:
+        """Call ``callback`` with every batch this completer wrote itself (not those a
+        claim carried: that claim already saw them)."""
+        self._flushed.append(callback)
 
     def submit(self, job: Job, outcome: Outcome) -> None:
         self._pending.append((job, outcome))
@@ -124,5 +131,7 @@ class Completer:
                     continue
                 del self._pending[: len(batch)]
                 self.acknowledge(batch, written)
+                for callback in self._flushed:
+                    callback(batch)
             self._arrived.clear()
             self._full.clear()

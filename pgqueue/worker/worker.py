@@ -178,6 +178,7 @@ class Worker:
             prefetch=self.prefetch,
         )
         self.completer.subscribe(self.executor.written)
+        self.completer.on_flushed(lambda batch: self.capacity.outcomes_written(j.queue for j, _ in batch))
         self.listener = (
             Listener(
                 lambda: self.connections.dsn,
