@@ -66,10 +66,21 @@ class FlowSettings:
 
     controlled_queues: frozenset[str]
     limited_tasks: frozenset[str]
+    #: Controlled queues with a global concurrency limit or a rate (queue or key).
+    slot_limited: frozenset[str] = frozenset()
 
     @property
     def any(self) -> bool:
         return bool(self.controlled_queues or self.limited_tasks)
+
+    @property
+    def prefetchable(self) -> bool:
+        """Whether jobs may be claimed ahead into a buffer: not under a global concurrency
+        limit of a queue or task (a buffered job would keep a slot from another worker),
+        nor under a rate (a start is counted at the claim: a buffered job would start
+        later than counted, so handler starts could bunch up past the rate). Under key
+        concurrency a buffered job holds only its own key's slot."""
+        return not (self.slot_limited or self.limited_tasks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,7 +269,9 @@ class JobsDB:
         cur = await conn.execute(self.q["flow_settings"], {"queues": list(queues), "tasks": list(tasks)})
         rows = await cur.fetchall()
         return FlowSettings(
-            frozenset(name for kind, name in rows if kind == "q"), frozenset(name for kind, name in rows if kind == "t")
+            frozenset(name for kind, name in rows if kind == "q"),
+            frozenset(name for kind, name in rows if kind == "t"),
+            frozenset(name for kind, name in rows if kind == "g"),
         )
 
     async def add_queues(self, conn: AConn, queues: Sequence[str]) -> None:

@@ -17,8 +17,8 @@
 * Prefetch (:mod:`.prefetch`): for short jobs a claim also takes up to a target number of
   jobs beyond the free slots, which the executor buffers and starts as slots free up; the
   loop claims again when the buffer ran down to half its target. Never where a buffered
-  job would hold something back: queues with slots of their own, flow control (limited
-  claims), transactional handlers. Buffered jobs whose lease ran short are released here.
+  job would hold something back: queues with slots of their own, global concurrency
+  limits on a queue or task, transactional handlers. Buffered jobs whose lease ran short are released here.
 * Once stopping, nothing new is claimed; jobs claimed by a claim in flight when the stop
   came are released at once, their attempt not counted.
 """
@@ -146,10 +146,12 @@ class Fetcher:
 
     def _prefetch_target(self) -> int:
         """Jobs to claim beyond the free slots. None where a buffered job would hold
-        something back: a slot of a queue with its own (pools), a limited slot (flow
-        control: a limited claim counts claimed jobs as started), or a connection
-        (transactional handlers)."""
-        if self.capacity.pooled or self.flow.limited or self._transactional or self.stopping.is_set():
+        something back: a slot of a queue with its own (pools), a globally limited slot
+        (a limited claim counts claimed jobs as started), or a connection (transactional
+        handlers). Key and rate limits and pauses allow it (see FlowSettings.prefetchable)."""
+        if self.capacity.pooled or self._transactional or self.stopping.is_set():
+            return 0
+        if self.flow.limited and not self.flow.settings.prefetchable:
             return 0
         return self.prefetch.target()
 
@@ -163,9 +165,9 @@ class Fetcher:
                     return None  # stop() came while we waited for a connection
                 began = time.monotonic()
                 await self.flow.refresh_if_due(conn, began)
-                if self.flow.limited and limit > self.capacity.free():
-                    # Limits came into force since the limit was set with prefetch: a
-                    # limited claim must never take more than the free slots.
+                if self.flow.limited and not self.flow.settings.prefetchable and limit > self.capacity.free():
+                    # Global limits came into force since the limit was set with prefetch:
+                    # such a claim must never take more than the free slots.
                     self.capacity.prefetch = 0
                     return None
                 batch = self.completer.take()
@@ -220,7 +222,7 @@ class Fetcher:
         self, conn: AConn, limit: int, outcomes: list[tuple[int, uuid.UUID, Outcome]]
     ) -> tuple[list[Job], set[int]]:
         cfg = self.config
-        free = self.capacity.free_by_queue()
+        free = self.capacity.free_by_queue(prefetch=self.flow.settings.prefetchable)
         hints: list[ClaimHint]
         jobs, hints, written = await within(
             cfg.lease,

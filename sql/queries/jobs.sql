@@ -151,8 +151,14 @@ SELECT current_setting('pgqueue.claim_hints', true)
 
 -- name: flow_settings
 -- Which of a worker's queues are controlled (paused or limited) and which of its tasks have
--- a concurrency limit: ('q', queue) and ('t', task) rows.
+-- a concurrency limit: ('q', queue) and ('t', task) rows, and ('g', queue) for the queues
+-- with a global concurrency limit or a rate (where a job claimed ahead into a worker's
+-- buffer would keep a slot from others, or start later than the start it was counted as).
 SELECT 'q', name FROM {schema}.queues WHERE name = ANY(%(queues)s::text[]) AND controlled
+UNION ALL
+SELECT 'g', name FROM {schema}.queues
+WHERE name = ANY(%(queues)s::text[])
+  AND (concurrency IS NOT NULL OR rate_limit IS NOT NULL OR key_rate_limit IS NOT NULL)
 UNION ALL
 SELECT 't', task FROM {schema}.task_limits WHERE task = ANY(%(tasks)s::text[])
 

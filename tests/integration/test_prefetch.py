@@ -1,6 +1,7 @@
 """Prefetch: jobs claimed beyond the free slots wait in the executor's buffer under their
 lease. They are released on a graceful stop without using an attempt, released (never
-run stale) when their lease runs short, never taken by limited claims, counted in
+run stale) when their lease runs short, never taken under a global concurrency limit
+(but under key limits, where a buffered job holds only its own key), counted in
 ``in_flight``, and rescued like running jobs when their worker is SIGKILLed.
 
 Each test pins the prefetch target (``worker.prefetch.fixed``) so that the buffer's size
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 import pgqueue
 from pgqueue import ops
@@ -99,7 +101,10 @@ async def test_a_buffered_job_whose_lease_runs_short_is_released_not_run(app: pg
     assert errors == (0,)
 
 
-async def test_a_limited_queue_never_prefetches(app: pgqueue.App, conn: Conn) -> None:
+@pytest.mark.parametrize("limits", [{"concurrency": 10}, {"rate": (1000, 1.0)}, {"key_rate": (1000, 1.0)}])
+async def test_a_queue_with_a_global_limit_or_a_rate_never_prefetches(
+    app: pgqueue.App, conn: Conn, limits: dict[str, Any]
+) -> None:
     gate = asyncio.Event()
     started = 0
 
@@ -110,7 +115,7 @@ async def test_a_limited_queue_never_prefetches(app: pgqueue.App, conn: Conn) ->
         await gate.wait()
 
     ops.add_queue(conn, "pgqueue", "lim")
-    ops.set_queue_limits(conn, "pgqueue", "lim", concurrency=10)
+    ops.set_queue_limits(conn, "pgqueue", "lim", **limits)
     async with running_worker(app, queues=("lim",), concurrency=1) as worker:
         worker.prefetch.fixed = 3
         app.enqueue_many(conn, [held.job() for _ in range(4)])
@@ -123,6 +128,34 @@ async def test_a_limited_queue_never_prefetches(app: pgqueue.App, conn: Conn) ->
         gate.set()
         await async_wait_until(lambda: worker.stats.completed == 4)
     assert worker.stats.released == 0
+
+
+async def test_a_key_limited_queue_prefetches_and_buffered_jobs_hold_their_keys(app: pgqueue.App, conn: Conn) -> None:
+    gate = asyncio.Event()
+    started = 0
+
+    @app.task(name="held", queue="keyed")
+    async def held() -> None:
+        nonlocal started
+        started += 1
+        await gate.wait()
+
+    ops.add_queue(conn, "pgqueue", "keyed")
+    ops.set_queue_limits(conn, "pgqueue", "keyed", key_concurrency=1)
+    async with running_worker(app, queues=("keyed",), concurrency=1) as worker:
+        worker.prefetch.fixed = 3
+        # Two jobs of each of three keys: one per key may be claimed (running or buffered).
+        app.enqueue_many(conn, [held.options(concurrency_key=f"k{i % 3}").job() for i in range(6)])
+        await async_wait_until(lambda: started == 1 and len(worker.executor.buffer) == 2)
+        assert worker.flow.limited
+        assert worker.flow.settings.prefetchable
+        per_key = conn.execute(
+            "SELECT concurrency_key, count(*) FROM pgqueue.jobs WHERE state = 'running' GROUP BY 1"
+        ).fetchall()
+        assert sorted(per_key) == [("k0", 1), ("k1", 1), ("k2", 1)]
+        gate.set()
+        await async_wait_until(lambda: worker.stats.completed == 6)
+    assert _attempts(conn) == {"completed": [1] * 6}
 
 
 async def test_in_flight_counts_buffered_jobs(app: pgqueue.App, conn: Conn) -> None:
