@@ -193,6 +193,35 @@ async def test_keys_take_turns_when_a_claim_cannot_take_them_all(conn: Conn, aco
     assert seen == ["a", "b", "c", "d"]
 
 
+async def test_the_key_walk_wraps_around_after_the_cursor(conn: Conn, aconn: AConn) -> None:
+    ids = {key: add(conn, "q", 2, key=key) for key in ("a", "b", "c", "d")}
+    ops.add_queue(conn, "pgqueue", "q")
+    ops.set_queue_limits(conn, "pgqueue", "q", key_concurrency=1)
+    jobs, hints = await limited(aconn, ["q"], limit=3, cursors={"q": "b"})
+    assert sorted(j.id for j in jobs) == sorted([ids["c"][0], ids["d"][0], ids["a"][0]])
+    assert hints["q"].key_cursor == "a"  # the walk went c, d, then from the start: a
+    # b is next; a, c and d are at their limit: one job, and nothing locked beyond it.
+    jobs, hints = await limited(aconn, ["q"], limit=3, cursors={"q": "a"})
+    assert [j.id for j in jobs] == [ids["b"][0]]
+    assert hints["q"].blocked
+    assert running(conn) == 4
+
+
+async def test_a_key_gets_what_its_limit_leaves_and_only_jobs_it_may_run(conn: Conn, aconn: AConn) -> None:
+    a = add(conn, "q", 4, key="a")
+    b_other_task = add(conn, "q", 2, key="b", task="elsewhere")  # a task this worker does not run
+    b = add(conn, "q", 2, key="b")
+    conn.execute("UPDATE pgqueue.jobs_live SET expires_at = now() - interval '1 second' WHERE id = %s", [b[0]])
+    ops.add_queue(conn, "pgqueue", "q")
+    ops.set_queue_limits(conn, "pgqueue", "q", key_concurrency=3)
+    (first,), _ = await limited(aconn, ["q"], limit=1)
+    assert first.id == a[0]
+    jobs, _ = await limited(aconn, ["q"], cursors={"q": "b"})  # a has 1 running: 2 more
+    assert sorted(j.id for j in jobs) == sorted([a[1], a[2], b[1]])
+    assert running(conn, concurrency_key="a") == 3
+    assert not set(b_other_task) & {j.id for j in jobs}
+
+
 async def test_fifo_runs_a_keys_jobs_one_at_a_time_in_enqueue_order(conn: Conn, aconn: AConn) -> None:
     first, second, _third = add(conn, "q", 3, key="k", priority=0)
     add(conn, "q", 1, key="k", priority=10)  # a higher priority does not jump the queue
