@@ -26,7 +26,7 @@ SCHEMA = "pgqueue"
 
 @pytest.fixture
 def old_roles(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, dict[str, str]]]:
-    """A database at schema version 10 with roles set up then, migrated to the latest
+    """A database at schema version 10 with roles set up then, migrated to the latest (13)
     version by the owner role without running the roles script again."""
     prefix = f"w{uuid.uuid4().hex[:10]}"
     dbname = f"pgqueue_wfroles_{prefix}"
@@ -44,7 +44,7 @@ def old_roles(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, dict[str, 
                         sql.Identifier(login), sql.Identifier(getattr(names, kind))
                     )
                 )
-            assert migrate(conn, SCHEMA, as_role=names.owner) == [11, 12]
+            assert migrate(conn, SCHEMA, as_role=names.owner) == [11, 12, 13]
         yield server_dsn(dbname), logins
     finally:
         with psycopg.connect(server_dsn(), autocommit=True) as admin:
