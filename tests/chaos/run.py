@@ -205,8 +205,13 @@ def _wait_for_listeners(dsn: str, count: int, timeout: float = 60) -> None:
 
 
 def _drain(dsn: str, ids: set[int], timeout: float, log: Callable[[str], None]) -> None:
-    """Wait until every committed job is final (faults are off; retries may be backing off)."""
-    deadline = time.monotonic() + timeout
+    """Wait until every committed job is final (faults are off; retries may be backing off).
+
+    Gives up when no job became final for ``timeout`` seconds (a stall: what the checker then
+    reports as lost), or after four times that in all. A backlog that limits drain slowly
+    but steadily (a rate of 40 starts a second, 8 at a time) is waited for."""
+    started = time.monotonic()
+    deadline = started + timeout
     wanted = sorted(ids)
     last = -1
     while True:
@@ -217,9 +222,12 @@ def _drain(dsn: str, ids: set[int], timeout: float, log: Callable[[str], None]) 
                 return
             if left != last:
                 log(f"draining: {left} jobs not final yet")
+                if 0 <= left < last:
+                    deadline = time.monotonic() + timeout  # progress: wait for the rest
                 last = left
-        if time.monotonic() > deadline:
-            log(f"drain timed out after {timeout}s")
+        now = time.monotonic()
+        if now > deadline or now > started + 4 * timeout:
+            log(f"drain stopped after {now - started:.0f}s ({timeout:g}s without progress, or 4x that in all)")
             return
         time.sleep(0.5)
 
