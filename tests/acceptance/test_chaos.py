@@ -69,6 +69,26 @@ def test_limits_hold_under_faults(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 
 @pytest.mark.timeout(480)
+def test_key_limits_hold_under_faults_while_workers_claim_ahead(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Per-key concurrency alone (the claim's one-statement key walk, and workers claiming
+    ahead into their buffers, which every other control turns off), paused in the middle,
+    under the same faults: no key ever runs more than its limit, nothing is lost."""
+    limits = Limits.keys_only()
+    report = run_chaos(45, workers=3, rate=12, seed=13, drain_timeout=240, keep=tmp_path / "logs", limits=limits)
+    line = report.line()
+    with capsys.disabled():
+        print(f"\n{line}")
+    assert report.limits is not None, line
+    assert not report.limits.violations, line
+    assert report.limits.max_key == limits.key_concurrency, line
+    assert report.limits.pauses == 1, line
+    assert not report.lost, f"lost jobs {report.lost[:20]}\n{line}"
+    assert report.ok, line
+
+
+@pytest.mark.timeout(480)
 def test_workflows_hold_under_faults(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Diamond graphs and batches created while workers are killed, frozen past their lease
     and cut off and Postgres restarts: no child starts before its parents completed, each

@@ -27,7 +27,13 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--keep", type=Path, default=Path("chaos-logs"), help="where the logs are copied")
     parser.add_argument(
-        "--limits", action="store_true", help="run the queue under flow control (limits, rates, a pause) and check it"
+        "--limits",
+        nargs="?",
+        const="all",
+        choices=("all", "keys"),
+        default=None,
+        help="run the queue under flow control and check it: every kind of limit, rates and a pause (all),"
+        " or per-key concurrency alone and a pause (keys: workers claim ahead)",
     )
     parser.add_argument(
         "--workflows",
@@ -46,7 +52,7 @@ def main() -> int:
         seed=args.seed,
         keep=args.keep,
         keep_always=True,
-        limits=Limits() if args.limits else None,
+        limits=None if args.limits is None else Limits() if args.limits == "all" else Limits.keys_only(),
         workflow_rate=args.workflows,
     )
     print(report.line())

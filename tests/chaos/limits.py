@@ -41,14 +41,23 @@ PAUSE_GRACE = timedelta(seconds=1)
 
 @dataclass(frozen=True)
 class Limits:
-    queue_concurrency: int = 8
+    """The controls of a run (None: not set). The default sets every kind at once; see
+    :meth:`keys_only` for the other shape the claim has."""
+
+    queue_concurrency: int | None = 8
     key_concurrency: int = 2
     keys: int = 6
-    rate: tuple[int, float] = (40, 1.0)  # at most 40 claims in any second
-    key_rate: tuple[int, float] = (12, 1.0)
-    task: str = "chaos.ok_async"
+    rate: tuple[int, float] | None = (40, 1.0)  # at most 40 claims in any second
+    key_rate: tuple[int, float] | None = (12, 1.0)
+    task: str | None = "chaos.ok_async"
     task_concurrency: int = 3
     shutdown_timeout: float = 3.0
+
+    @classmethod
+    def keys_only(cls) -> Limits:
+        """Per-key concurrency and nothing else: the one-statement key walk, with workers
+        claiming ahead into their buffers (which other controls turn off)."""
+        return cls(queue_concurrency=None, rate=None, key_rate=None, task=None)
 
 
 @dataclass
@@ -83,7 +92,8 @@ def apply_limits(conn: psycopg.Connection[Any], limits: Limits) -> None:
         key_rate=limits.key_rate,
         create=True,
     )
-    ops.set_task_limit(conn, "pgqueue", limits.task, limits.task_concurrency)
+    if limits.task is not None:
+        ops.set_task_limit(conn, "pgqueue", limits.task, limits.task_concurrency)
 
 
 @dataclass
@@ -202,33 +212,37 @@ def check_limits(
         if run.key is not None:
             by_key[run.key].append((s, e))
     rep.max_key = max((_peak(v) for v in by_key.values()), default=0)
-    rep.max_task = _peak([(s, e) for run, s, e in intervals if run.task == limits.task])
+    if limits.task is not None:
+        rep.max_task = _peak([(s, e) for run, s, e in intervals if run.task == limits.task])
 
     claims = {(r.job_id, r.attempt): r for r in runs if r.claimed_at is not None}
-    rate_n, rate_p = limits.rate
-    rep.max_rate = _window_peak([r.claimed_at for r in claims.values() if r.claimed_at], timedelta(seconds=rate_p))
+    if limits.rate is not None:
+        rep.max_rate = _window_peak(
+            [r.claimed_at for r in claims.values() if r.claimed_at], timedelta(seconds=limits.rate[1])
+        )
     key_claims: dict[str, list[datetime]] = defaultdict(list)
     for r in claims.values():
         if r.key is not None and r.claimed_at is not None:
             key_claims[r.key].append(r.claimed_at)
-    key_n, key_p = limits.key_rate
-    rep.max_key_rate = max((_window_peak(v, timedelta(seconds=key_p)) for v in key_claims.values()), default=0)
+    if limits.key_rate is not None:
+        key_p = timedelta(seconds=limits.key_rate[1])
+        rep.max_key_rate = max((_window_peak(v, key_p) for v in key_claims.values()), default=0)
     for paused, resumed in pauses:
         rep.claims_while_paused += sum(
             1 for r in claims.values() if r.claimed_at and paused + PAUSE_GRACE < r.claimed_at < resumed
         )
 
-    if rep.max_queue > limits.queue_concurrency:
+    if limits.queue_concurrency is not None and rep.max_queue > limits.queue_concurrency:
         rep.violations.append(f"queue ran {rep.max_queue} > {limits.queue_concurrency}")
         rep.violations.append(_explain_peak(intervals, reasons))
     if rep.max_key > limits.key_concurrency:
         rep.violations.append(f"a key ran {rep.max_key} > {limits.key_concurrency}")
-    if rep.max_task > limits.task_concurrency:
+    if limits.task is not None and rep.max_task > limits.task_concurrency:
         rep.violations.append(f"{limits.task} ran {rep.max_task} > {limits.task_concurrency}")
-    if rep.max_rate > rate_n:
-        rep.violations.append(f"{rep.max_rate} claims in {rate_p}s > {rate_n}")
-    if rep.max_key_rate > key_n:
-        rep.violations.append(f"a key had {rep.max_key_rate} claims in {key_p}s > {key_n}")
+    if limits.rate is not None and rep.max_rate > limits.rate[0]:
+        rep.violations.append(f"{rep.max_rate} claims in {limits.rate[1]}s > {limits.rate[0]}")
+    if limits.key_rate is not None and rep.max_key_rate > limits.key_rate[0]:
+        rep.violations.append(f"a key had {rep.max_key_rate} claims in {limits.key_rate[1]}s > {limits.key_rate[0]}")
     if rep.claims_while_paused:
         rep.violations.append(f"{rep.claims_while_paused} claims while paused")
     return rep
