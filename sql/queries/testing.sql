@@ -72,3 +72,70 @@ CREATE DATABASE {name} TEMPLATE {template}
 
 -- name: testing_drop_database
 DROP DATABASE IF EXISTS {name} WITH (FORCE)
+
+-- name: testing_end_sessions
+-- Reusing a test database: end every other client session on it (waiting up to 5 s for
+-- each to exit, so their open transactions are rolled back), then count what is left that
+-- would outlive them: sessions that did not end and prepared transactions.
+WITH ended AS (
+    SELECT pg_terminate_backend(pid, 5000) AS ok
+    FROM pg_stat_activity
+    WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'
+)
+SELECT (SELECT count(*) FROM ended WHERE NOT ok)
+     + (SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database())
+
+-- name: testing_structure
+-- Reusing a test database: a digest of its structure. Every row of every catalog of the
+-- database (all but the statistics and large objects' data) is counted and its xmin summed
+-- per catalog: DDL inserts, updates or deletes catalog rows, and new row versions carry
+-- newer transaction ids, so any DDL changes the digest while DML, VACUUM and ANALYZE leave
+-- it alone. The database's own row and settings are part of it.
+SELECT md5(string_agg(c.relname || '=' || query_to_xml(
+           format('SELECT count(*) AS n, coalesce(sum(xmin::text::bigint), 0) AS s FROM pg_catalog.%I', c.relname),
+           false, true, '')::text, ',' ORDER BY c.relname))
+    || ':' || (SELECT xmin::text FROM pg_database WHERE datname = current_database())
+    || ':' || (SELECT count(*) FROM pg_db_role_setting s JOIN pg_database d ON d.oid = s.setdatabase
+               WHERE d.datname = current_database())
+FROM pg_class c
+WHERE c.relnamespace = 'pg_catalog'::regnamespace AND c.relkind = 'r' AND NOT c.relisshared
+  AND c.relname NOT IN ('pg_statistic', 'pg_statistic_ext_data', 'pg_largeobject')
+
+-- name: testing_used_tables
+-- Reusing a test database: the tables (schema, name) that have any storage, the only ones
+-- that can hold rows (one ever inserted extends the file); temporary tables excluded.
+SELECT n.nspname, c.relname
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relkind = 'r' AND c.relpersistence <> 't'
+  AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\_toast%'
+  AND pg_relation_size(c.oid) > 0
+ORDER BY 1, 2
+
+-- name: testing_foreign_keys
+-- Reusing a test database: which table references which ((schema, name) of both), to
+-- empty the referencing ones first.
+SELECT rn.nspname, r.relname, fn.nspname, f.relname
+FROM pg_constraint k
+JOIN pg_class r ON r.oid = k.conrelid JOIN pg_namespace rn ON rn.oid = r.relnamespace
+JOIN pg_class f ON f.oid = k.confrelid JOIN pg_namespace fn ON fn.oid = f.relnamespace
+WHERE k.contype = 'f' AND k.conrelid <> k.confrelid
+
+-- name: testing_table_digest
+-- Reusing a test database: the row count and a digest of the rows of one table.
+SELECT count(*), md5(coalesce(string_agg(t::text, E'\n' ORDER BY t::text), ''))
+FROM {table_schema}.{table_name} AS t
+
+-- name: testing_empty_table
+-- Reusing a test database: delete the rows a test left in one table.
+DELETE FROM {table_schema}.{table_name}
+
+-- name: testing_sequences
+-- Reusing a test database: every sequence (its quoted name) with its start and its last
+-- value (NULL: never used).
+SELECT format('%I.%I', schemaname, sequencename), start_value, last_value
+FROM pg_sequences
+ORDER BY 1
+
+-- name: testing_set_sequence
+-- Reusing a test database: put a sequence back as it was.
+SELECT setval(%(sequence)s::regclass, %(value)s::bigint, %(called)s::bool)
