@@ -4,12 +4,14 @@ connections only: tests call these from plain functions."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from ..models import Job
 from .conn import Conn
@@ -109,8 +111,10 @@ Table = tuple[str, str]
 class DatabaseState:
     """What a test database held when it was fresh, to put it back after a test."""
 
-    #: Digest of its catalogs (``testing_structure``): any DDL changes it.
-    structure: str
+    #: The statement that reads :attr:`structure`.
+    structure_query: sql.Composed
+    #: Each catalog's row count and sum of xmins (``testing_catalogs``): any DDL changes it.
+    structure: list[tuple[str, int, int]]
     #: The tables that had rows, with their row count and digest.
     seeded: dict[Table, tuple[int, str]]
     #: Every sequence (quoted name) with its start and last value (None: never used).
@@ -131,9 +135,14 @@ def _used_tables(conn: Conn) -> list[Table]:
     return [(str(s), str(n)) for s, n in conn.execute(_q()["testing_used_tables"]).fetchall()]
 
 
-def _structure(conn: Conn) -> str:
-    row = conn.execute(_q()["testing_structure"]).fetchone()
-    return "" if row is None else str(row[0])
+def _structure_query(conn: Conn) -> sql.Composed:
+    catalogs = [str(name) for (name,) in conn.execute(_q()["testing_catalogs"]).fetchall()]
+    parts = [_q().compose("testing_catalog_digest", {"catalog": name}, {"catalog_name": name}) for name in catalogs]
+    return sql.SQL(" UNION ALL ").join([*parts, sql.SQL(_q()["testing_database_digest"].decode())])
+
+
+def _structure(conn: Conn, query: sql.Composed) -> list[tuple[str, int, int]]:
+    return [(str(name), int(count), int(xmins)) for name, count, xmins in conn.execute(query).fetchall()]
 
 
 def _sequences(conn: Conn) -> dict[str, tuple[int, int | None]]:
@@ -148,7 +157,8 @@ def database_state(conn: Conn) -> DatabaseState:
         count, digest = _table_digest(conn, table)
         if count:
             seeded[table] = (count, digest)
-    return DatabaseState(_structure(conn), seeded, _sequences(conn))
+    query = _structure_query(conn)
+    return DatabaseState(query, _structure(conn, query), seeded, _sequences(conn))
 
 
 def _deletion_order(conn: Conn, tables: list[Table]) -> list[Table]:
@@ -184,16 +194,32 @@ def _restore_rows(conn: Conn, state: DatabaseState) -> None:
 _EMPTY_DIGEST = "d41d8cd98f00b204e9800998ecf8427e"  # md5 of ''
 
 
+#: How long the sessions a test left get to exit (seconds).
+SESSIONS_EXIT = 5.0
+
+
+def _end_sessions(conn: Conn) -> bool:
+    """End the other sessions on the database; False if one is still there after
+    :data:`SESSIONS_EXIT` seconds, or a prepared transaction is."""
+    row = conn.execute(_q()["testing_end_sessions"]).fetchone()
+    pids = [] if row is None else list(row[0])
+    deadline = time.monotonic() + SESSIONS_EXIT
+    while pids and time.monotonic() < deadline:
+        row = conn.execute(_q()["testing_sessions_left"], {"pids": pids}).fetchone()
+        pids = [] if row is None else list(row[0])
+    prepared = conn.execute(_q()["testing_prepared_transactions"]).fetchone()
+    return not pids and prepared is not None and prepared[0] == 0
+
+
 def restore_database(conn: Conn, state: DatabaseState) -> bool:
     """Put the database ``conn`` (autocommit) is connected to back to ``state``, if only
     its rows and sequences changed: end the other sessions, delete the rows tests added,
     reset the sequences. False (having changed nothing, or only rows) when that cannot
     make it equal: its structure changed (any DDL), a session or a prepared transaction
     outlived the test, a table of the template's rows was changed."""
-    row = conn.execute(_q()["testing_end_sessions"]).fetchone()
-    if row is None or row[0]:
+    if not _end_sessions(conn):
         return False
-    if _structure(conn) != state.structure:
+    if _structure(conn, state.structure_query) != state.structure:
         return False
     try:
         with conn.transaction():

@@ -155,7 +155,12 @@ class TestDatabases:
             return dsn
         conn = None
         try:
-            conn = psycopg.connect(dsn, autocommit=True, application_name=RESET_APPLICATION_NAME)
+            conn = psycopg.connect(
+                dsn,
+                autocommit=True,
+                application_name=RESET_APPLICATION_NAME,
+                options="-c client_min_messages=error",  # no warning per session it waits for
+            )
             state = database_state(conn)
         except BaseException:
             if conn is not None:

@@ -74,32 +74,64 @@ CREATE DATABASE {name} TEMPLATE {template}
 DROP DATABASE IF EXISTS {name} WITH (FORCE)
 
 -- name: testing_end_sessions
--- Reusing a test database: end every other client session on it (waiting up to 5 s for
--- each to exit, so their open transactions are rolled back), then count what is left that
--- would outlive them: sessions that did not end and prepared transactions.
-WITH ended AS (
-    SELECT pg_terminate_backend(pid, 5000) AS ok
+-- Reusing a test database: end every other client session on it (a signal; the caller
+-- then waits with testing_sessions_left). Returns the pids signalled. The sessions are
+-- chosen first (MATERIALIZED) and signalled in the outer select list only: a call in a
+-- WHERE clause could be evaluated before the other conditions, for every session.
+WITH targets AS MATERIALIZED (
+    SELECT pid
     FROM pg_stat_activity
     WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'
 )
-SELECT (SELECT count(*) FROM ended WHERE NOT ok)
-     + (SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database())
+SELECT coalesce(array_agg(pid), ARRAY[]::int[])
+FROM (SELECT pid, pg_terminate_backend(pid) AS signalled FROM targets) AS t
+WHERE signalled
 
--- name: testing_structure
--- Reusing a test database: a digest of its structure. Every row of every catalog of the
--- database (all but the statistics and large objects' data) is counted and its xmin summed
--- per catalog: DDL inserts, updates or deletes catalog rows, and new row versions carry
--- newer transaction ids, so any DDL changes the digest while DML, VACUUM and ANALYZE leave
--- it alone. The database's own row and settings are part of it.
-SELECT md5(string_agg(c.relname || '=' || query_to_xml(
-           format('SELECT count(*) AS n, coalesce(sum(xmin::text::bigint), 0) AS s FROM pg_catalog.%I', c.relname),
-           false, true, '')::text, ',' ORDER BY c.relname))
-    || ':' || (SELECT xmin::text FROM pg_database WHERE datname = current_database())
-    || ':' || (SELECT count(*) FROM pg_db_role_setting s JOIN pg_database d ON d.oid = s.setdatabase
-               WHERE d.datname = current_database())
+-- name: testing_sessions_left
+-- Reusing a test database: wait up to 5 ms for each session of %(pids)s still there to exit
+-- (pg_terminate_backend's own wait: it returns false, with a warning, while the process
+-- still runs); returns those left. Chosen first, called in the select list only (as in
+-- testing_end_sessions).
+WITH targets AS MATERIALIZED (
+    SELECT pid
+    FROM pg_stat_activity
+    WHERE pid = ANY(%(pids)s::int[]) AND datname = current_database() AND pid <> pg_backend_pid()
+)
+SELECT coalesce(array_agg(pid), ARRAY[]::int[])
+FROM (SELECT pid, pg_terminate_backend(pid, 5) AS gone FROM targets) AS t
+WHERE NOT gone
+
+-- name: testing_prepared_transactions
+-- Reusing a test database: prepared transactions on it (they outlive every session).
+SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database()
+
+-- name: testing_catalogs
+-- Reusing a test database: the catalogs that describe its structure, whose rows
+-- testing_catalog_digest counts (all of the database's own catalogs but the statistics and
+-- large objects' data). DDL inserts, updates or deletes catalog rows, and new row versions
+-- carry newer transaction ids, so any DDL changes a catalog's count or its sum of xmins,
+-- while DML, VACUUM and ANALYZE change neither.
+SELECT c.relname
 FROM pg_class c
 WHERE c.relnamespace = 'pg_catalog'::regnamespace AND c.relkind = 'r' AND NOT c.relisshared
   AND c.relname NOT IN ('pg_statistic', 'pg_statistic_ext_data', 'pg_largeobject')
+ORDER BY 1
+
+-- name: testing_catalog_digest
+-- One catalog's part of a test database's structure (testing_catalogs): its name, its row
+-- count and the sum of its rows' xmins; the caller runs them as one UNION ALL.
+SELECT {catalog_name}::text, count(*), coalesce(sum(xmin::text::bigint), 0)::numeric
+FROM pg_catalog.{catalog}
+
+-- name: testing_database_digest
+-- The rest of a test database's structure: its own row in pg_database (ALTER DATABASE
+-- writes a new version) and its settings (ALTER DATABASE ... SET).
+SELECT 'pg_database'::text, count(*), coalesce(sum(xmin::text::bigint), 0)::numeric
+FROM pg_database WHERE datname = current_database()
+UNION ALL
+SELECT 'pg_db_role_setting', count(*), coalesce(sum(s.xmin::text::bigint), 0)::numeric
+FROM pg_db_role_setting s JOIN pg_database d ON d.oid = s.setdatabase
+WHERE d.datname = current_database()
 
 -- name: testing_used_tables
 -- Reusing a test database: the tables (schema, name) that have any storage, the only ones

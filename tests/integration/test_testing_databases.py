@@ -129,6 +129,21 @@ def test_sessions_a_test_left_open_are_ended_and_their_work_rolled_back(database
         databases.release(dsn)
 
 
+def test_the_reset_ends_no_session_on_another_database(databases: TestDatabases) -> None:
+    dsn = databases.acquire()
+    other = databases.create()
+    try:
+        with psycopg.connect(other, autocommit=True) as elsewhere, psycopg.connect(dsn, autocommit=True) as here:
+            here.execute("SELECT 1")
+            databases.release(dsn)
+            assert databases.resets == 1
+            assert elsewhere.execute("SELECT 1").fetchone() == (1,)  # still connected
+            with pytest.raises(psycopg.OperationalError):
+                here.execute("SELECT 1")
+    finally:
+        databases.drop(other)
+
+
 @pytest.mark.parametrize(
     "change",
     [
