@@ -186,8 +186,7 @@ class TestDatabases:
         if restored:
             self.resets += 1
             return
-        if self.isolation == "reset":
-            self.replaced += 1
+        self.replaced += 1
         self._reusable = None
         reusable.conn.close()
         self.drop(dsn)
