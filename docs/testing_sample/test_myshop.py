@@ -12,8 +12,7 @@ from pgqueue import testing
 
 @pytest.fixture
 def conn(pgqueue_app: pgqueue.App, pgqueue_conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
-    pgqueue_conn.execute("CREATE TABLE orders (id int PRIMARY KEY, email text, shipped bool DEFAULT false)")
-    return pgqueue_conn
+    return pgqueue_conn  # the orders table comes from the template (conftest.py)
 
 
 def test_placing_an_order_enqueues_its_email(conn: psycopg.Connection[Any]) -> None:

@@ -9,7 +9,8 @@
 * :func:`inline`: a mode in which a job enqueued in a transaction runs as soon as that
   transaction commits (and never when it rolls back).
 
-The pytest fixtures (a migrated database per test, cloned from a template) live in
+The pytest fixtures (each test starts from a database equal to a migrated template: a
+clone, reset after each test that changed only rows) live in
 :mod:`pgqueue.testing.fixtures`; see docs/testing.md. Importing this module imports no
 test framework.
 """

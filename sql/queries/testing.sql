@@ -72,3 +72,102 @@ CREATE DATABASE {name} TEMPLATE {template}
 
 -- name: testing_drop_database
 DROP DATABASE IF EXISTS {name} WITH (FORCE)
+
+-- name: testing_end_sessions
+-- Reusing a test database: end every other client session on it (a signal; the caller
+-- then waits with testing_sessions_left). Returns the pids signalled. The sessions are
+-- chosen first (MATERIALIZED) and signalled in the outer select list only: a call in a
+-- WHERE clause could be evaluated before the other conditions, for every session.
+WITH targets AS MATERIALIZED (
+    SELECT pid
+    FROM pg_stat_activity
+    WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'
+)
+SELECT coalesce(array_agg(pid), ARRAY[]::int[])
+FROM (SELECT pid, pg_terminate_backend(pid) AS signalled FROM targets) AS t
+WHERE signalled
+
+-- name: testing_sessions_left
+-- Reusing a test database: wait up to 5 ms for each session of %(pids)s still there to exit
+-- (pg_terminate_backend's own wait: it returns false, with a warning, while the process
+-- still runs); returns those left. Chosen first, called in the select list only (as in
+-- testing_end_sessions).
+WITH targets AS MATERIALIZED (
+    SELECT pid
+    FROM pg_stat_activity
+    WHERE pid = ANY(%(pids)s::int[]) AND datname = current_database() AND pid <> pg_backend_pid()
+)
+SELECT coalesce(array_agg(pid), ARRAY[]::int[])
+FROM (SELECT pid, pg_terminate_backend(pid, 5) AS gone FROM targets) AS t
+WHERE NOT gone
+
+-- name: testing_prepared_transactions
+-- Reusing a test database: prepared transactions on it (they outlive every session).
+SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database()
+
+-- name: testing_catalogs
+-- Reusing a test database: the catalogs that describe its structure, whose rows
+-- testing_catalog_digest counts (all of the database's own catalogs but the statistics and
+-- large objects' data). DDL inserts, updates or deletes catalog rows, and new row versions
+-- carry newer transaction ids, so any DDL changes a catalog's count or its sum of xmins,
+-- while DML, VACUUM and ANALYZE change neither.
+SELECT c.relname
+FROM pg_class c
+WHERE c.relnamespace = 'pg_catalog'::regnamespace AND c.relkind = 'r' AND NOT c.relisshared
+  AND c.relname NOT IN ('pg_statistic', 'pg_statistic_ext_data', 'pg_largeobject')
+ORDER BY 1
+
+-- name: testing_catalog_digest
+-- One catalog's part of a test database's structure (testing_catalogs): its name, its row
+-- count and the sum of its rows' xmins; the caller runs them as one UNION ALL.
+SELECT {catalog_name}::text, count(*), coalesce(sum(xmin::text::bigint), 0)::numeric
+FROM pg_catalog.{catalog}
+
+-- name: testing_database_digest
+-- The rest of a test database's structure: its own row in pg_database (ALTER DATABASE
+-- writes a new version) and its settings (ALTER DATABASE ... SET).
+SELECT 'pg_database'::text, count(*), coalesce(sum(xmin::text::bigint), 0)::numeric
+FROM pg_database WHERE datname = current_database()
+UNION ALL
+SELECT 'pg_db_role_setting', count(*), coalesce(sum(s.xmin::text::bigint), 0)::numeric
+FROM pg_db_role_setting s JOIN pg_database d ON d.oid = s.setdatabase
+WHERE d.datname = current_database()
+
+-- name: testing_used_tables
+-- Reusing a test database: the tables (schema, name) that have any storage, the only ones
+-- that can hold rows (one ever inserted extends the file); temporary tables excluded.
+SELECT n.nspname, c.relname
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relkind = 'r' AND c.relpersistence <> 't'
+  AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\_toast%'
+  AND pg_relation_size(c.oid) > 0
+ORDER BY 1, 2
+
+-- name: testing_foreign_keys
+-- Reusing a test database: which table references which ((schema, name) of both), to
+-- empty the referencing ones first.
+SELECT rn.nspname, r.relname, fn.nspname, f.relname
+FROM pg_constraint k
+JOIN pg_class r ON r.oid = k.conrelid JOIN pg_namespace rn ON rn.oid = r.relnamespace
+JOIN pg_class f ON f.oid = k.confrelid JOIN pg_namespace fn ON fn.oid = f.relnamespace
+WHERE k.contype = 'f' AND k.conrelid <> k.confrelid
+
+-- name: testing_table_digest
+-- Reusing a test database: the row count and a digest of the rows of one table.
+SELECT count(*), md5(coalesce(string_agg(t::text, E'\n' ORDER BY t::text), ''))
+FROM {table_schema}.{table_name} AS t
+
+-- name: testing_empty_table
+-- Reusing a test database: delete the rows a test left in one table.
+DELETE FROM {table_schema}.{table_name}
+
+-- name: testing_sequences
+-- Reusing a test database: every sequence (its quoted name) with its start and its last
+-- value (NULL: never used).
+SELECT format('%I.%I', schemaname, sequencename), start_value, last_value
+FROM pg_sequences
+ORDER BY 1
+
+-- name: testing_set_sequence
+-- Reusing a test database: put a sequence back as it was.
+SELECT setval(%(sequence)s::regclass, %(value)s::bigint, %(called)s::bool)
