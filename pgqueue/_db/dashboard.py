@@ -1,5 +1,6 @@
-"""The web dashboard's seam to the database: the overview's pipelined read, keyset pages
-of jobs, a job's cron tick, the set-based actions and the read-only session role.
+"""The web dashboard's seam to the database: the overview's one-statement read, keyset
+pages of jobs, a job's cron tick, the set-based actions and the session's settings (no
+parallel workers; the read-only role).
 
 Every statement is a named query of ``sql/queries/dashboard.sql`` (and the status views'
 of ``admin.sql``) run on the caller's synchronous connection.
@@ -29,6 +30,7 @@ __all__ = [
     "queue_names",
     "retry_jobs",
     "session_role",
+    "session_serial",
     "workers_rows",
 ]
 
@@ -131,6 +133,11 @@ def delete_jobs(conn: Conn, schema: str, ids: list[int]) -> list[int]:
     with translated(conn, schema), conn.transaction():
         rows = conn.execute(queries_for(schema)["dash_jobs_delete"], {"ids": ids}).fetchall()
     return sorted(int(r[0]) for r in rows)
+
+
+def session_serial(conn: Conn, schema: str) -> None:
+    """No parallel workers for this session's statements (see ``dash_session_serial``)."""
+    conn.execute(queries_for(schema)["dash_session_serial"])
 
 
 def session_role(conn: Conn, schema: str, role: str) -> None:

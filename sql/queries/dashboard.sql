@@ -3,29 +3,97 @@
 
 -- name: dash_overview
 -- Everything the overview shows, in one statement (one round trip per live refresh): the
--- database clock, every queue's row of queue_stats, the paused queues, and finished jobs
--- per queue and minute over the last %(minutes)s whole minutes and the current one (ago:
--- 0 is the current minute). The series reads only the finished partitions its window
--- overlaps (pruned on now() at start), through their BRIN indexes.
+-- database clock, every queue's row as the queue_stats view computes it, the paused
+-- queues, and finished jobs per queue and minute over the last %(minutes)s whole minutes
+-- and the current one (ago: 0 is the current minute).
+-- It reads what queue_stats reads, but each relation once: jobs_live once (depths, lag
+-- and failed attempts together) and the finished partitions once, over the wider of the
+-- chart's window and queue_stats' 15 minutes, counting the view's 1/5/15-minute windows
+-- and the chart's minutes in the same pass. The finished partitions outside that window
+-- are pruned on now() at start; inside it the BRIN indexes find the rows.
+-- tests/integration/test_dashboard_overview.py checks that its rows equal the view's.
+WITH minutes AS MATERIALIZED (
+    SELECT queue,
+           (extract(epoch FROM date_trunc('minute', now()) - date_trunc('minute', finished_at)) / 60)::int
+               AS ago,
+           count(*) FILTER (WHERE state = 'completed') AS completed,
+           count(*) FILTER (WHERE state = 'discarded') AS discarded,
+           count(*) FILTER (WHERE state = 'cancelled') AS cancelled,
+           count(*) FILTER (WHERE state = 'completed' AND finished_at >= now() - interval '1 minute') AS c1,
+           count(*) FILTER (WHERE state = 'completed' AND finished_at >= now() - interval '5 minutes') AS c5,
+           count(*) FILTER (WHERE state = 'completed' AND finished_at >= now() - interval '15 minutes') AS c15,
+           count(*) FILTER (WHERE state = 'discarded' AND finished_at >= now() - interval '1 minute') AS d1,
+           count(*) FILTER (WHERE state = 'discarded' AND finished_at >= now() - interval '5 minutes') AS d5,
+           count(*) FILTER (WHERE state = 'discarded' AND finished_at >= now() - interval '15 minutes') AS d15,
+           count(*) FILTER (WHERE state = 'cancelled' AND finished_at >= now() - interval '1 minute') AS x1,
+           count(*) FILTER (WHERE state = 'cancelled' AND finished_at >= now() - interval '5 minutes') AS x5,
+           count(*) FILTER (WHERE state = 'cancelled' AND finished_at >= now() - interval '15 minutes') AS x15,
+           count(*) FILTER (WHERE state = 'cancelled' AND finished_at >= now() - interval '15 minutes'
+                            AND errors -> -1 ->> 'type' = 'pgqueue.Expired') AS e15,
+           -- Failed attempts of the last 5 minutes in jobs that finished in them (errors
+           -- are recorded before a job finishes; cancelled jobs are not counted).
+           coalesce(sum((SELECT count(*) FROM jsonb_array_elements(errors) AS e(err)
+                          WHERE (e.err ->> 'at')::timestamptz >= now() - interval '5 minutes'))
+                    FILTER (WHERE state IN ('completed', 'discarded')
+                            AND finished_at >= now() - interval '5 minutes' AND errors <> '[]'::jsonb), 0) AS f5
+    FROM {schema}.jobs
+    WHERE state IN ('completed', 'discarded', 'cancelled')
+      AND finished_at >= least(date_trunc('minute', now()) - make_interval(mins => %(minutes)s),
+                               now() - interval '15 minutes')
+      AND finished_at < now() + interval '1 hour'
+    GROUP BY 1, 2
+), live AS (
+    SELECT queue,
+           count(*) FILTER (WHERE state = 'available') AS available,
+           count(*) FILTER (WHERE state = 'scheduled') AS scheduled,
+           count(*) FILTER (WHERE state = 'running') AS running,
+           count(*) FILTER (WHERE state = 'retryable') AS retryable,
+           min(run_at) FILTER (WHERE state = 'available') AS oldest_available,
+           coalesce(sum((SELECT count(*) FROM jsonb_array_elements(errors) AS e(err)
+                          WHERE (e.err ->> 'at')::timestamptz >= now() - interval '5 minutes'))
+                    FILTER (WHERE errors <> '[]'::jsonb), 0) AS f5
+    FROM {schema}.jobs_live
+    GROUP BY queue
+), finished AS (
+    -- queue_stats shows a queue with no live job only if jobs finished in its 15 minutes.
+    SELECT queue, sum(c1) AS c1, sum(c5) AS c5, sum(c15) AS c15, sum(d1) AS d1, sum(d5) AS d5,
+           sum(d15) AS d15, sum(x1) AS x1, sum(x5) AS x5, sum(x15) AS x15, sum(e15) AS e15, sum(f5) AS f5
+    FROM minutes
+    GROUP BY queue
+    HAVING sum(c15 + d15 + x15) > 0
+), merged AS (
+    SELECT coalesce(l.queue, f.queue) AS queue,
+           coalesce(l.available, 0) AS available,
+           coalesce(l.scheduled, 0) AS scheduled,
+           coalesce(l.running, 0) AS running,
+           coalesce(l.retryable, 0) AS retryable,
+           coalesce(greatest(extract(epoch FROM now() - l.oldest_available)::float8, 0), 0) AS lag_seconds,
+           coalesce(f.c1, 0) AS completed_1m,
+           coalesce(f.c5, 0) AS completed_5m,
+           coalesce(f.c15, 0) AS completed_15m,
+           coalesce(f.d1, 0) AS discarded_1m,
+           coalesce(f.d5, 0) AS discarded_5m,
+           coalesce(f.d15, 0) AS discarded_15m,
+           coalesce(l.f5, 0) + coalesce(f.f5, 0) AS failed_attempts_5m,
+           coalesce(f.x1, 0) AS cancelled_1m,
+           coalesce(f.x5, 0) AS cancelled_5m,
+           coalesce(f.x15, 0) AS cancelled_15m,
+           coalesce(f.e15, 0) AS expired_15m
+    FROM live AS l
+    FULL JOIN finished AS f ON f.queue = l.queue
+)
 SELECT now() AS at,
-       (SELECT coalesce(jsonb_agg(to_jsonb(s) ORDER BY s.queue), '[]'::jsonb)
-        FROM {schema}.queue_stats AS s) AS queues,
+       (SELECT coalesce(jsonb_agg(to_jsonb(m) || jsonb_build_object('failure_rate_5m',
+                  CASE WHEN m.failed_attempts_5m + m.completed_5m = 0 THEN 0::float8
+                       ELSE m.failed_attempts_5m::float8 / (m.failed_attempts_5m + m.completed_5m) END)
+                  ORDER BY m.queue), '[]'::jsonb)
+        FROM merged AS m) AS queues,
        (SELECT coalesce(jsonb_agg(c.queue ORDER BY c.queue), '[]'::jsonb)
         FROM {schema}.queue_controls AS c WHERE c.paused) AS paused,
-       (SELECT coalesce(jsonb_agg(to_jsonb(x)), '[]'::jsonb)
-        FROM (
-            SELECT queue,
-                   (extract(epoch FROM date_trunc('minute', now()) - date_trunc('minute', finished_at)) / 60)::int
-                       AS ago,
-                   count(*) FILTER (WHERE state = 'completed') AS completed,
-                   count(*) FILTER (WHERE state = 'discarded') AS discarded,
-                   count(*) FILTER (WHERE state = 'cancelled') AS cancelled
-            FROM {schema}.jobs
-            WHERE state IN ('completed', 'discarded', 'cancelled')
-              AND finished_at >= date_trunc('minute', now()) - make_interval(mins => %(minutes)s)
-              AND finished_at < now() + interval '1 hour'
-            GROUP BY 1, 2
-        ) AS x) AS series
+       (SELECT coalesce(jsonb_agg(jsonb_build_object('queue', queue, 'ago', ago, 'completed', completed,
+                                                     'discarded', discarded, 'cancelled', cancelled)), '[]'::jsonb)
+        FROM minutes
+        WHERE ago <= %(minutes)s) AS series
 
 -- name: dash_queue_names
 -- Every queue with live jobs, for the queue controls page (the live partition is small by
@@ -130,6 +198,11 @@ SELECT id FROM picked WHERE {schema}.retry_job(id)
 DELETE FROM {schema}.jobs
 WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('completed', 'discarded', 'cancelled')
 RETURNING id
+
+-- name: dash_session_serial
+-- No parallel workers for the dashboard's statements: each reads a bounded window, where
+-- starting workers costs more than it saves, and takes CPU the job workers need.
+SELECT set_config('max_parallel_workers_per_gather', '0', false)
 
 -- name: dash_session_role
 -- Read-only mode: act as the inspector role for the rest of the session, so that
