@@ -1,6 +1,6 @@
-"""The web dashboard's seam to the database: the overview's one-statement read, keyset
-pages of jobs, a job's cron tick, the set-based actions and the session's settings (no
-parallel workers; the read-only role).
+"""The web dashboard's seam to the database: the overview's one-statement read, failures
+over a bounded window, keyset pages of jobs, a job's cron tick, the set-based actions and
+the session's settings (no parallel workers; the read-only role).
 
 Every statement is a named query of ``sql/queries/dashboard.sql`` (and the status views'
 of ``admin.sql``) run on the caller's synchronous connection.
@@ -24,7 +24,7 @@ __all__ = [
     "cancel_jobs",
     "delete_jobs",
     "job_cron_tick",
-    "failures_rows",
+    "failure_rows",
     "job_page",
     "overview_row",
     "queue_names",
@@ -51,10 +51,12 @@ def workers_rows(conn: Conn, schema: str) -> list[Row]:
         return cur.execute(queries_for(schema)["status_workers"]).fetchall()
 
 
-def failures_rows(conn: Conn, schema: str, limit: int) -> list[Row]:
-    """The ``failures`` view alone, the most recent groups first."""
+def failure_rows(conn: Conn, schema: str, *, window: int, groups: int) -> list[Row]:
+    """Failed jobs grouped by task and error type over a bounded window (``dash_failures``):
+    the ``groups`` latest groups, each row carrying ``window_live`` and ``window_finished``
+    (with no failure, one row whose group columns are None)."""
     with translated(conn, schema), conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(queries_for(schema)["status_failures"], {"n": limit}).fetchall()
+        return cur.execute(queries_for(schema)["dash_failures"], {"window": window, "groups": groups}).fetchall()
 
 
 def queue_names(conn: Conn, schema: str) -> list[str]:

@@ -95,6 +95,62 @@ SELECT now() AS at,
         FROM minutes
         WHERE ago <= %(minutes)s) AS series
 
+-- name: dash_failures
+-- The failures page: failed jobs grouped by task and the type of their latest error, as
+-- the failures view groups them, but over a bounded window, so that the page costs the
+-- same however many jobs failed (the view reads every failure of the last 24 hours):
+--   * the %(window)s newest (by id) live jobs that failed at least once, and
+--   * the %(window)s newest jobs that were discarded or cancelled in the last 24 hours, of
+--     which the discarded ones and those cancelled as expired (pgqueue.Expired) failed.
+-- Each part walks id indexes backwards and stops at its window's end (the second reads no
+-- more than %(window)s rows: it filters after the limit, so a day of jobs cancelled by
+-- hand is never walked through); the finished partitions outside the 24 hours are pruned
+-- on now() at start. Every row carries window_live and window_finished, how many jobs
+-- each part looked at (with no failure, one row of NULL group columns carries them); a
+-- part that looked at %(window)s jobs left older ones out. last_seen is the latest error's time in the group, last_message and
+-- last_job_id that error's (the newest job among ties); the %(groups)s latest groups.
+WITH recent AS MATERIALIZED (
+    (SELECT id, task, errors -> -1 AS err, true AS live, true AS failed
+     FROM {schema}.jobs_live
+     WHERE errors <> '[]'::jsonb
+     ORDER BY id DESC
+     LIMIT %(window)s)
+    UNION ALL
+    SELECT id, task, errors -> -1 AS err, false AS live,
+           errors <> '[]'::jsonb AND (state = 'discarded' OR errors -> -1 ->> 'type' = 'pgqueue.Expired') AS failed
+    FROM (
+        SELECT id, task, state, errors
+        FROM {schema}.jobs
+        WHERE state IN ('discarded', 'cancelled')
+          AND finished_at >= now() - interval '24 hours' AND finished_at < now() + interval '1 hour'
+        ORDER BY id DESC
+        LIMIT %(window)s
+    ) AS finished
+), flat AS MATERIALIZED (
+    SELECT id, task, coalesce(err ->> 'type', 'unknown') AS error_type, (err ->> 'at')::timestamptz AS at
+    FROM recent
+    WHERE failed
+), grouped AS (
+    SELECT task, error_type, count(*) AS count, max(at) AS last_seen
+    FROM flat
+    GROUP BY task, error_type
+), latest AS (
+    -- The latest error of each group: a hash join on (task, type, time), no sort of the window.
+    SELECT DISTINCT ON (g.task, g.error_type)
+           g.task, g.error_type, g.count, g.last_seen, f.id AS last_job_id
+    FROM grouped AS g
+    LEFT JOIN flat AS f ON f.task = g.task AND f.error_type = g.error_type AND f.at = g.last_seen
+    ORDER BY g.task, g.error_type, f.id DESC
+)
+SELECT w.window_live, w.window_finished,
+       l.task, l.error_type, l.count, l.last_seen, r.err ->> 'message' AS last_message, l.last_job_id
+FROM (SELECT count(*) FILTER (WHERE live) AS window_live, count(*) FILTER (WHERE NOT live) AS window_finished
+      FROM recent) AS w
+LEFT JOIN latest AS l ON true
+LEFT JOIN recent AS r ON r.id = l.last_job_id
+ORDER BY l.last_seen DESC NULLS LAST, l.task, l.error_type
+LIMIT %(groups)s
+
 -- name: dash_queue_names
 -- Every queue with live jobs, for the queue controls page (the live partition is small by
 -- design; finished partitions are not read).

@@ -1,14 +1,17 @@
 """The dashboard's own reads say what the views say: the overview's one statement gives
-every queue_stats row. Its connections run without parallel workers."""
+every queue_stats row, and the failures page groups like the failures view, over a
+bounded window it states on the page. Its connections run without parallel workers."""
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
+from pgqueue import ops
 from pgqueue.dashboard import DashboardConfig
 from pgqueue.dashboard.database import Database
-from pgqueue.dashboard.views import overview
-from tests.dashboard_support import Conn
+from pgqueue.dashboard.views import failures, overview
+from tests.dashboard_support import Conn, client_for
 from tests.integration.test_views import error, insert_job, insert_with_errors, rows
 
 
@@ -86,6 +89,109 @@ def test_the_overview_with_a_chart_shorter_than_15_minutes(conn: Conn, dsn: str)
         data = overview(conn, DashboardConfig(dsn=dsn, chart_minutes=2))
         view = rows(conn, "SELECT * FROM pgqueue.queue_stats ORDER BY queue")
     assert [dataclasses.asdict(q) for q in data.queues] == view
+
+
+def _failure_data(conn: Conn) -> dict[str, int]:
+    ids = {
+        "ta": insert_with_errors(
+            conn, [error("builtins.ValueError", "v", "2 minutes")], task="ta", state="retryable", attempt=1
+        ),
+        "older": insert_with_errors(
+            conn,
+            [error("builtins.KeyError", "older", "3 hours")],
+            task="tb",
+            state="discarded",
+            attempt=1,
+            finished_at_sql="now() - interval '3 hours'",
+        ),
+        "newer": insert_with_errors(
+            conn,
+            [error("builtins.ValueError", "first try", "5 minutes"), error("builtins.KeyError", "newer", "1 minute")],
+            task="tb",
+            state="discarded",
+            attempt=2,
+            finished_at_sql="now() - interval '1 minute'",
+        ),
+        "expired": insert_with_errors(
+            conn,
+            [error("pgqueue.Expired", "not started by its deadline", "4 minutes")],
+            task="tc",
+            state="cancelled",
+            finished_at_sql="now() - interval '4 minutes'",
+        ),
+    }
+    # Not failures: a completed job that had failed once, one cancelled by hand, and one
+    # discarded more than 24 hours ago (at the start of yesterday, UTC: a partition the
+    # tests have).
+    insert_with_errors(
+        conn, [error("builtins.OSError", "x", "1 minute")], task="tc", state="completed", finished_at_sql="now()"
+    )
+    insert_with_errors(
+        conn, [error("builtins.OSError", "x", "1 minute")], task="tc", state="cancelled", finished_at_sql="now()"
+    )
+    insert_with_errors(
+        conn,
+        [error("builtins.OSError", "x", "25 hours")],
+        task="tc",
+        state="discarded",
+        finished_at_sql="date_trunc('day', now(), 'UTC') - interval '1 day'",
+    )
+    return ids
+
+
+def _groups(found: list[ops.FailureGroup]) -> list[dict[str, Any]]:
+    return sorted((dataclasses.asdict(g) for g in found), key=lambda g: (g["task"], g["error_type"]))
+
+
+def test_failures_group_like_the_view_within_the_window(conn: Conn, dsn: str) -> None:
+    ids = _failure_data(conn)
+    with conn.transaction():
+        data = failures(conn, DashboardConfig(dsn=dsn))
+        view = rows(conn, "SELECT * FROM pgqueue.failures ORDER BY task, error_type")
+    assert _groups(data.groups) == view
+    assert [(g.task, g.error_type) for g in data.groups] == [
+        ("tb", "builtins.KeyError"),  # the latest error first
+        ("ta", "builtins.ValueError"),
+        ("tc", "pgqueue.Expired"),
+    ]
+    assert data.groups[0].last_job_id == ids["newer"]
+    # The finished part looked at both discarded jobs, the expired one and the one cancelled
+    # by hand (not a failure), not at the one discarded more than 24 hours ago.
+    assert (data.live, data.finished, data.live_full, data.finished_full) == (1, 4, False, False)
+
+
+def test_failures_beyond_the_window_are_left_out_and_the_page_says_so(conn: Conn, dsn: str) -> None:
+    live = [
+        insert_with_errors(conn, [error("builtins.ValueError", "v", "2 minutes")], task="t", state="retryable")
+        for _ in range(3)
+    ]
+    dead = [
+        insert_with_errors(
+            conn,
+            [error("builtins.KeyError", f"k{i}", f"{10 - i} minutes")],
+            task="t",
+            state="discarded",
+            finished_at_sql=f"now() - interval '{10 - i} minutes'",
+        )
+        for i in range(3)
+    ]
+    data = failures(conn, DashboardConfig(dsn=dsn, failure_window=2))
+    counts = {g.error_type: g.count for g in data.groups}
+    assert counts == {"builtins.ValueError": 2, "builtins.KeyError": 2}
+    assert (data.live, data.finished, data.live_full, data.finished_full) == (2, 2, True, True)
+    # The newest jobs are the ones kept.
+    assert {g.error_type: g.last_job_id for g in data.groups} == {
+        "builtins.ValueError": live[-1],
+        "builtins.KeyError": dead[-1],
+    }
+    with client_for(dsn, failure_window=2) as client:
+        page = client.get("/failures").text
+    assert 'id="failure-window"' in page
+    assert page.count("older ones not counted") == 2
+    with client_for(dsn) as client:
+        page = client.get("/failures").text
+    assert "the 5,000 newest live jobs" in page
+    assert "older ones not counted" not in page
 
 
 def test_dashboard_connections_run_without_parallel_workers(dsn: str) -> None:

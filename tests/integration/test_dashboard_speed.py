@@ -1,6 +1,7 @@
 """Every dashboard page on 1,000,000 finished and 20,000 live jobs (the views test's
 database): each answers, pages that filter look at a bounded window of jobs, the
-overview reads each relation once and only its window of finished jobs, and the
+overview reads each relation once and only its window of finished jobs, the failures
+page reads its window of failed jobs however many failed in the last 24 hours, and the
 timings are printed (run with -s to see them; docs/dashboard.md quotes them). The
 bounds are checked on what the database reads, not on the clock."""
 
@@ -160,3 +161,41 @@ def test_the_overview_reads_each_relation_once_and_its_window(big_dsn: str) -> N
         slack = WASTED_RANGES * partitions[name][2]
         assert rows <= wanted + slack, f"{name} read {rows} rows for {wanted} in the window (slack {slack:.0f})"
     _report("dash_overview", doc)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_failures_page_reads_its_window_not_the_day(big_dsn: str) -> None:  # noqa: F811
+    window = DashboardConfig(dsn=big_dsn).failure_window
+    recent = (
+        f" FROM {BIG}.jobs WHERE state IN ('discarded', 'cancelled')"  # test-only text
+        " AND finished_at >= now() - interval '24 hours' AND finished_at < now() + interval '1 hour'"
+    )
+    with psycopg.connect(big_dsn, autocommit=True) as conn, conn.transaction():  # one now()
+        partitions = finished_partitions(conn)
+        live = conn.execute(f"SELECT count(*) FROM {BIG}.jobs_live").fetchone()  # test-only text
+        day = conn.execute("SELECT count(*)" + recent).fetchone()
+        # The lowest id of the window's finished part, and every finished row above it (a
+        # row the window skips, a job cancelled by hand, is read and thrown away).
+        cut = conn.execute(
+            "SELECT min(id) FROM (SELECT id" + recent + " AND errors <> '[]'::jsonb"
+            " AND (state = 'discarded' OR errors -> -1 ->> 'type' = 'pgqueue.Expired')"
+            " ORDER BY id DESC LIMIT %s) AS w",
+            [window],
+        ).fetchone()
+        assert cut is not None
+        above = conn.execute("SELECT count(*)" + recent + " AND id >= %s", [cut[0]]).fetchone()
+        doc = _explain(conn, "dash_failures", {"window": window, "groups": 500})
+    assert live is not None
+    assert day is not None
+    assert above is not None
+    assert day[0] > 4 * window  # the 24 hours hold far more failures than the window
+    live_read = sum(rows for name, rows in scans(doc["Plan"], ["jobs_live"]))
+    assert live_read <= live[0]
+    read = list(scans(doc["Plan"], partitions))
+    finished_read = sum(rows for _, rows in read)
+    # Each partition's id scan stops at the window's end: it reads the rows above the cut
+    # and at most the one row past it that loses the merge.
+    assert finished_read <= above[0] + len(read), (finished_read, above[0], read)
+    print(f"\nfailures: read {finished_read} finished rows for a window of {window}; the 24 hours hold {day[0]}")
+    _report("dash_failures", doc)

@@ -59,6 +59,8 @@ def test_settings_are_checked() -> None:
         DashboardConfig(dsn="x", token="short")
     with pytest.raises(ConfigError, match="page_size"):
         DashboardConfig(dsn="x", page_size=0)
+    with pytest.raises(ConfigError, match="failure_window"):
+        DashboardConfig(dsn="x", failure_window=0)
     with pytest.raises(ConfigError, match="role prefix"):
         DashboardConfig(dsn="x", read_only=True, role_prefix="pg_x")
     with pytest.raises(ConfigError, match="basic auth"):
