@@ -11,7 +11,7 @@
 -- chart's window and queue_stats' 15 minutes, counting the view's 1/5/15-minute windows
 -- and the chart's minutes in the same pass. The finished partitions outside that window
 -- are pruned on now() at start; inside it the BRIN indexes find the rows.
--- tests/integration/test_dashboard_overview.py checks that its rows equal the view's.
+-- tests/integration/test_dashboard_reads.py checks that its rows equal the view's.
 WITH minutes AS MATERIALIZED (
     SELECT queue,
            (extract(epoch FROM date_trunc('minute', now()) - date_trunc('minute', finished_at)) / 60)::int
