@@ -1,5 +1,6 @@
-"""The web dashboard's seam to the database: the overview's pipelined read, keyset pages
-of jobs, a job's cron tick, the set-based actions and the read-only session role.
+"""The web dashboard's seam to the database: the overview's one-statement read, failures
+over a bounded window, keyset pages of jobs, a job's cron tick, the set-based actions and
+the session's settings (no parallel workers; the read-only role).
 
 Every statement is a named query of ``sql/queries/dashboard.sql`` (and the status views'
 of ``admin.sql``) run on the caller's synchronous connection.
@@ -23,12 +24,13 @@ __all__ = [
     "cancel_jobs",
     "delete_jobs",
     "job_cron_tick",
-    "failures_rows",
+    "failure_rows",
     "job_page",
     "overview_row",
     "queue_names",
     "retry_jobs",
     "session_role",
+    "session_serial",
     "workers_rows",
 ]
 
@@ -49,10 +51,12 @@ def workers_rows(conn: Conn, schema: str) -> list[Row]:
         return cur.execute(queries_for(schema)["status_workers"]).fetchall()
 
 
-def failures_rows(conn: Conn, schema: str, limit: int) -> list[Row]:
-    """The ``failures`` view alone, the most recent groups first."""
+def failure_rows(conn: Conn, schema: str, *, window: int, groups: int) -> list[Row]:
+    """Failed jobs grouped by task and error type over a bounded window (``dash_failures``):
+    the ``groups`` latest groups, each row carrying ``window_live`` and ``window_finished``
+    (with no failure, one row whose group columns are None)."""
     with translated(conn, schema), conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(queries_for(schema)["status_failures"], {"n": limit}).fetchall()
+        return cur.execute(queries_for(schema)["dash_failures"], {"window": window, "groups": groups}).fetchall()
 
 
 def queue_names(conn: Conn, schema: str) -> list[str]:
@@ -131,6 +135,11 @@ def delete_jobs(conn: Conn, schema: str, ids: list[int]) -> list[int]:
     with translated(conn, schema), conn.transaction():
         rows = conn.execute(queries_for(schema)["dash_jobs_delete"], {"ids": ids}).fetchall()
     return sorted(int(r[0]) for r in rows)
+
+
+def session_serial(conn: Conn, schema: str) -> None:
+    """No parallel workers for this session's statements (see ``dash_session_serial``)."""
+    conn.execute(queries_for(schema)["dash_session_serial"])
 
 
 def session_role(conn: Conn, schema: str, role: str) -> None:

@@ -1,5 +1,6 @@
 """The dashboard's writes: retry, cancel or delete one job, a selection, or every job
-matching the jobs page's filter; pause and resume a queue, set its concurrency limit.
+matching the jobs page's filter; pause and resume a queue, set its limits (concurrency,
+rate, per-key concurrency and FIFO, per-key rate).
 
 Every action is a CSRF-checked POST, confirmed in the browser first, and logged on the
 ``pgqueue.dashboard`` logger with who did it. Selections run ``batch_size`` jobs per
@@ -28,6 +29,7 @@ from ..errors import ConfigError
 from .config import DashboardConfig
 from .core import dash_of, handled
 from .filters import ACTION_STATES, JobFilter, parse_before
+from .limits import limits_text, parse_limits
 
 __all__ = ["ROUTES", "apply_action"]
 
@@ -202,19 +204,17 @@ def _queue_action(fn: Callable[[Conn, str, str], Any], verb: str) -> Callable[[R
 
 @handled
 async def queue_limit(request: Request) -> Response:
+    """Set the limits of a queue that the form changed (see :mod:`.limits`)."""
     dash = dash_of(request)
     form = await _checked_form(request)
     queue = str(form.get("queue") or "")
-    raw = str(form.get("concurrency") or "").strip()
-    if raw and not raw.isdigit():
-        raise ConfigError(f"concurrency: {raw[:20]!r} is not a whole number (leave it empty for no limit)")
-    limit = int(raw) if raw else None
-    await dash.run(lambda conn, cfg: ops.set_queue_limits(conn, cfg.schema, queue, concurrency=limit))
-    log.info("dashboard: queue %r concurrency set to %s by %s", queue, limit, dash.guard.actor(request))
+    change = parse_limits(form)
     target = str(request.url_for("queues"))
-    return RedirectResponse(
-        _with_msg(request, target, f"queue {queue}: concurrency {limit or 'unlimited'}"), status_code=303
-    )
+    if change.empty:
+        return RedirectResponse(_with_msg(request, target, f"queue {queue}: no limit changed"), status_code=303)
+    control = await dash.run(lambda conn, cfg: ops.set_queue_limits(conn, cfg.schema, queue, **change.kwargs()))
+    log.info("dashboard: queue %r limits set by %s: %s", queue, dash.guard.actor(request), change.describe())
+    return RedirectResponse(_with_msg(request, target, f"queue {queue}: {limits_text(control)}"), status_code=303)
 
 
 ROUTES = [

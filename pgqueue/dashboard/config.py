@@ -74,6 +74,9 @@ class DashboardConfig:
     batch_size: int = 500
     #: Minutes of history in the overview's charts.
     chart_minutes: int = 30
+    #: The failures page looks at this many of the newest live jobs that failed, and as
+    #: many of the newest jobs discarded or cancelled in the last 24 hours, at most.
+    failure_window: int = 5_000
     pool_size: int = 4
     job_relations: JobRelations | None = None
 
@@ -94,6 +97,7 @@ class DashboardConfig:
             ("scan_limit", self.scan_limit, 1, 10_000_000),
             ("batch_size", self.batch_size, 1, 10_000),
             ("chart_minutes", self.chart_minutes, 1, 24 * 60),
+            ("failure_window", self.failure_window, 1, 1_000_000),
             ("pool_size", self.pool_size, 1, 100),
         ):
             if isinstance(value, bool) or not low <= value <= high:

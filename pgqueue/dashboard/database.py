@@ -1,6 +1,7 @@
 """The dashboard's connections: a small pool opened at the first request (an app mounted
 inside another one gets no startup event), each connection named in
-``pg_stat_activity`` and, in read-only mode, acting as the inspector role."""
+``pg_stat_activity``, running its statements without parallel workers and, in read-only
+mode, acting as the inspector role."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ class Database:
 
     def _configure(self, conn: Conn) -> None:
         admin_db.set_application_name(conn, self.config.schema, "pgqueue dashboard")
+        db.session_serial(conn, self.config.schema)
         if self.config.read_only:
             db.session_role(conn, self.config.schema, self.config.inspector_role)
 

@@ -9,6 +9,7 @@ from typing import Any
 from jinja2 import Environment
 
 from ..ops import jsonable
+from .limits import duration_text
 
 __all__ = ["install_filters"]
 
@@ -57,6 +58,12 @@ def pretty_json(value: Any) -> str:
 
 def install_filters(env: Environment) -> None:
     env.filters.update(
-        when=when, seconds=seconds, between=between, number=number, percent=percent, pretty_json=pretty_json
+        when=when,
+        seconds=seconds,
+        between=between,
+        number=number,
+        percent=percent,
+        pretty_json=pretty_json,
+        duration=duration_text,
     )
     env.autoescape = True

@@ -1,7 +1,8 @@
 """What each page shows, read from the database: plain functions of a connection and the
 config, free of HTTP, so tests and the handlers share them. Reads go through
-:mod:`pgqueue.ops` and the views; the overview and the jobs list have their own queries
-(one pipelined round trip; a keyset page that looks at a bounded number of jobs)."""
+:mod:`pgqueue.ops` and the views; the overview, the failures and the jobs list have their
+own queries (one statement per refresh; failures over a bounded window; a keyset page that
+looks at a bounded number of jobs)."""
 
 from __future__ import annotations
 
@@ -145,9 +146,38 @@ def workers(conn: Conn, config: DashboardConfig) -> list[ops.WorkerInfo]:
     return [_build(ops.WorkerInfo, r) for r in db.workers_rows(conn, config.schema)]
 
 
-def failures(conn: Conn, config: DashboardConfig) -> list[ops.FailureGroup]:
-    """The ``failures`` view, at most 500 groups, the latest first."""
-    return [_build(ops.FailureGroup, r) for r in db.failures_rows(conn, config.schema, 500)]
+#: The failures page shows this many groups at most, the latest first.
+MAX_FAILURE_GROUPS = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Failures:
+    """Failed jobs grouped by task and error type over a bounded window (see
+    ``dash_failures``): the newest live jobs that failed, and the newest jobs discarded or
+    cancelled in the last 24 hours, ``window`` of each at most."""
+
+    groups: list[ops.FailureGroup]  #: the latest first, at most :data:`MAX_FAILURE_GROUPS`
+    window: int  #: ``failure_window``
+    live: int  #: live jobs that failed, in the window
+    finished: int  #: jobs discarded or cancelled in the last 24 hours, in the window
+
+    @property
+    def live_full(self) -> bool:
+        """Older live jobs that failed were left out."""
+        return self.live >= self.window
+
+    @property
+    def finished_full(self) -> bool:
+        """Older jobs discarded or cancelled in the last 24 hours were left out."""
+        return self.finished >= self.window
+
+
+def failures(conn: Conn, config: DashboardConfig) -> Failures:
+    rows = db.failure_rows(conn, config.schema, window=config.failure_window, groups=MAX_FAILURE_GROUPS)
+    live = int(rows[0]["window_live"]) if rows else 0
+    finished = int(rows[0]["window_finished"]) if rows else 0
+    groups = [_build(ops.FailureGroup, r) for r in rows if r["task"] is not None]
+    return Failures(groups, config.failure_window, live, finished)
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,8 +64,8 @@ async def job(request: Request) -> Response:
 @handled
 async def failures(request: Request) -> Response:
     dash = dash_of(request)
-    groups = await dash.run(views.failures)
-    return dash.render(request, "failures.html", {"failures": groups, "page": "failures"})
+    data = await dash.run(views.failures)
+    return dash.render(request, "failures.html", {"w": data, "failures": data.groups, "page": "failures"})
 
 
 @handled

@@ -3,29 +3,153 @@
 
 -- name: dash_overview
 -- Everything the overview shows, in one statement (one round trip per live refresh): the
--- database clock, every queue's row of queue_stats, the paused queues, and finished jobs
--- per queue and minute over the last %(minutes)s whole minutes and the current one (ago:
--- 0 is the current minute). The series reads only the finished partitions its window
--- overlaps (pruned on now() at start), through their BRIN indexes.
+-- database clock, every queue's row as the queue_stats view computes it, the paused
+-- queues, and finished jobs per queue and minute over the last %(minutes)s whole minutes
+-- and the current one (ago: 0 is the current minute).
+-- It reads what queue_stats reads, but each relation once: jobs_live once (depths, lag
+-- and failed attempts together) and the finished partitions once, over the wider of the
+-- chart's window and queue_stats' 15 minutes, counting the view's 1/5/15-minute windows
+-- and the chart's minutes in the same pass. The finished partitions outside that window
+-- are pruned on now() at start; inside it the BRIN indexes find the rows.
+-- tests/integration/test_dashboard_reads.py checks that its rows equal the view's.
+WITH minutes AS MATERIALIZED (
+    SELECT queue,
+           (extract(epoch FROM date_trunc('minute', now()) - date_trunc('minute', finished_at)) / 60)::int
+               AS ago,
+           count(*) FILTER (WHERE state = 'completed') AS completed,
+           count(*) FILTER (WHERE state = 'discarded') AS discarded,
+           count(*) FILTER (WHERE state = 'cancelled') AS cancelled,
+           count(*) FILTER (WHERE state = 'completed' AND finished_at >= now() - interval '1 minute') AS c1,
+           count(*) FILTER (WHERE state = 'completed' AND finished_at >= now() - interval '5 minutes') AS c5,
+           count(*) FILTER (WHERE state = 'completed' AND finished_at >= now() - interval '15 minutes') AS c15,
+           count(*) FILTER (WHERE state = 'discarded' AND finished_at >= now() - interval '1 minute') AS d1,
+           count(*) FILTER (WHERE state = 'discarded' AND finished_at >= now() - interval '5 minutes') AS d5,
+           count(*) FILTER (WHERE state = 'discarded' AND finished_at >= now() - interval '15 minutes') AS d15,
+           count(*) FILTER (WHERE state = 'cancelled' AND finished_at >= now() - interval '1 minute') AS x1,
+           count(*) FILTER (WHERE state = 'cancelled' AND finished_at >= now() - interval '5 minutes') AS x5,
+           count(*) FILTER (WHERE state = 'cancelled' AND finished_at >= now() - interval '15 minutes') AS x15,
+           count(*) FILTER (WHERE state = 'cancelled' AND finished_at >= now() - interval '15 minutes'
+                            AND errors -> -1 ->> 'type' = 'pgqueue.Expired') AS e15,
+           -- Failed attempts of the last 5 minutes in jobs that finished in them (errors
+           -- are recorded before a job finishes; cancelled jobs are not counted).
+           coalesce(sum((SELECT count(*) FROM jsonb_array_elements(errors) AS e(err)
+                          WHERE (e.err ->> 'at')::timestamptz >= now() - interval '5 minutes'))
+                    FILTER (WHERE state IN ('completed', 'discarded')
+                            AND finished_at >= now() - interval '5 minutes' AND errors <> '[]'::jsonb), 0) AS f5
+    FROM {schema}.jobs
+    WHERE state IN ('completed', 'discarded', 'cancelled')
+      AND finished_at >= least(date_trunc('minute', now()) - make_interval(mins => %(minutes)s),
+                               now() - interval '15 minutes')
+      AND finished_at < now() + interval '1 hour'
+    GROUP BY 1, 2
+), live AS (
+    SELECT queue,
+           count(*) FILTER (WHERE state = 'available') AS available,
+           count(*) FILTER (WHERE state = 'scheduled') AS scheduled,
+           count(*) FILTER (WHERE state = 'running') AS running,
+           count(*) FILTER (WHERE state = 'retryable') AS retryable,
+           min(run_at) FILTER (WHERE state = 'available') AS oldest_available,
+           coalesce(sum((SELECT count(*) FROM jsonb_array_elements(errors) AS e(err)
+                          WHERE (e.err ->> 'at')::timestamptz >= now() - interval '5 minutes'))
+                    FILTER (WHERE errors <> '[]'::jsonb), 0) AS f5
+    FROM {schema}.jobs_live
+    GROUP BY queue
+), finished AS (
+    -- queue_stats shows a queue with no live job only if jobs finished in its 15 minutes.
+    SELECT queue, sum(c1) AS c1, sum(c5) AS c5, sum(c15) AS c15, sum(d1) AS d1, sum(d5) AS d5,
+           sum(d15) AS d15, sum(x1) AS x1, sum(x5) AS x5, sum(x15) AS x15, sum(e15) AS e15, sum(f5) AS f5
+    FROM minutes
+    GROUP BY queue
+    HAVING sum(c15 + d15 + x15) > 0
+), merged AS (
+    SELECT coalesce(l.queue, f.queue) AS queue,
+           coalesce(l.available, 0) AS available,
+           coalesce(l.scheduled, 0) AS scheduled,
+           coalesce(l.running, 0) AS running,
+           coalesce(l.retryable, 0) AS retryable,
+           coalesce(greatest(extract(epoch FROM now() - l.oldest_available)::float8, 0), 0) AS lag_seconds,
+           coalesce(f.c1, 0) AS completed_1m,
+           coalesce(f.c5, 0) AS completed_5m,
+           coalesce(f.c15, 0) AS completed_15m,
+           coalesce(f.d1, 0) AS discarded_1m,
+           coalesce(f.d5, 0) AS discarded_5m,
+           coalesce(f.d15, 0) AS discarded_15m,
+           coalesce(l.f5, 0) + coalesce(f.f5, 0) AS failed_attempts_5m,
+           coalesce(f.x1, 0) AS cancelled_1m,
+           coalesce(f.x5, 0) AS cancelled_5m,
+           coalesce(f.x15, 0) AS cancelled_15m,
+           coalesce(f.e15, 0) AS expired_15m
+    FROM live AS l
+    FULL JOIN finished AS f ON f.queue = l.queue
+)
 SELECT now() AS at,
-       (SELECT coalesce(jsonb_agg(to_jsonb(s) ORDER BY s.queue), '[]'::jsonb)
-        FROM {schema}.queue_stats AS s) AS queues,
+       (SELECT coalesce(jsonb_agg(to_jsonb(m) || jsonb_build_object('failure_rate_5m',
+                  CASE WHEN m.failed_attempts_5m + m.completed_5m = 0 THEN 0::float8
+                       ELSE m.failed_attempts_5m::float8 / (m.failed_attempts_5m + m.completed_5m) END)
+                  ORDER BY m.queue), '[]'::jsonb)
+        FROM merged AS m) AS queues,
        (SELECT coalesce(jsonb_agg(c.queue ORDER BY c.queue), '[]'::jsonb)
         FROM {schema}.queue_controls AS c WHERE c.paused) AS paused,
-       (SELECT coalesce(jsonb_agg(to_jsonb(x)), '[]'::jsonb)
-        FROM (
-            SELECT queue,
-                   (extract(epoch FROM date_trunc('minute', now()) - date_trunc('minute', finished_at)) / 60)::int
-                       AS ago,
-                   count(*) FILTER (WHERE state = 'completed') AS completed,
-                   count(*) FILTER (WHERE state = 'discarded') AS discarded,
-                   count(*) FILTER (WHERE state = 'cancelled') AS cancelled
-            FROM {schema}.jobs
-            WHERE state IN ('completed', 'discarded', 'cancelled')
-              AND finished_at >= date_trunc('minute', now()) - make_interval(mins => %(minutes)s)
-              AND finished_at < now() + interval '1 hour'
-            GROUP BY 1, 2
-        ) AS x) AS series
+       (SELECT coalesce(jsonb_agg(jsonb_build_object('queue', queue, 'ago', ago, 'completed', completed,
+                                                     'discarded', discarded, 'cancelled', cancelled)), '[]'::jsonb)
+        FROM minutes
+        WHERE ago <= %(minutes)s) AS series
+
+-- name: dash_failures
+-- The failures page: failed jobs grouped by task and the type of their latest error, as
+-- the failures view groups them, but over a bounded window, so that the page costs the
+-- same however many jobs failed (the view reads every failure of the last 24 hours):
+--   * the %(window)s newest (by id) live jobs that failed at least once, and
+--   * the %(window)s newest jobs that were discarded or cancelled in the last 24 hours, of
+--     which the discarded ones and those cancelled as expired (pgqueue.Expired) failed.
+-- Each part walks id indexes backwards and stops at its window's end (the second reads no
+-- more than %(window)s rows: it filters after the limit, so a day of jobs cancelled by
+-- hand is never walked through); the finished partitions outside the 24 hours are pruned
+-- on now() at start. Every row carries window_live and window_finished, how many jobs
+-- each part looked at (with no failure, one row of NULL group columns carries them); a
+-- part that looked at %(window)s jobs left older ones out. last_seen is the latest error's time in the group, last_message and
+-- last_job_id that error's (the newest job among ties); the %(groups)s latest groups.
+WITH recent AS MATERIALIZED (
+    (SELECT id, task, errors -> -1 AS err, true AS live, true AS failed
+     FROM {schema}.jobs_live
+     WHERE errors <> '[]'::jsonb
+     ORDER BY id DESC
+     LIMIT %(window)s)
+    UNION ALL
+    SELECT id, task, errors -> -1 AS err, false AS live,
+           errors <> '[]'::jsonb AND (state = 'discarded' OR errors -> -1 ->> 'type' = 'pgqueue.Expired') AS failed
+    FROM (
+        SELECT id, task, state, errors
+        FROM {schema}.jobs
+        WHERE state IN ('discarded', 'cancelled')
+          AND finished_at >= now() - interval '24 hours' AND finished_at < now() + interval '1 hour'
+        ORDER BY id DESC
+        LIMIT %(window)s
+    ) AS finished
+), flat AS MATERIALIZED (
+    SELECT id, task, coalesce(err ->> 'type', 'unknown') AS error_type, (err ->> 'at')::timestamptz AS at
+    FROM recent
+    WHERE failed
+), grouped AS (
+    SELECT task, error_type, count(*) AS count, max(at) AS last_seen
+    FROM flat
+    GROUP BY task, error_type
+), latest AS (
+    -- The latest error of each group: a hash join on (task, type, time), no sort of the window.
+    SELECT DISTINCT ON (g.task, g.error_type)
+           g.task, g.error_type, g.count, g.last_seen, f.id AS last_job_id
+    FROM grouped AS g
+    LEFT JOIN flat AS f ON f.task = g.task AND f.error_type = g.error_type AND f.at = g.last_seen
+    ORDER BY g.task, g.error_type, f.id DESC
+)
+SELECT w.window_live, w.window_finished,
+       l.task, l.error_type, l.count, l.last_seen, r.err ->> 'message' AS last_message, l.last_job_id
+FROM (SELECT count(*) FILTER (WHERE live) AS window_live, count(*) FILTER (WHERE NOT live) AS window_finished
+      FROM recent) AS w
+LEFT JOIN latest AS l ON true
+LEFT JOIN recent AS r ON r.id = l.last_job_id
+ORDER BY l.last_seen DESC NULLS LAST, l.task, l.error_type
+LIMIT %(groups)s
 
 -- name: dash_queue_names
 -- Every queue with live jobs, for the queue controls page (the live partition is small by
@@ -130,6 +254,11 @@ SELECT id FROM picked WHERE {schema}.retry_job(id)
 DELETE FROM {schema}.jobs
 WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('completed', 'discarded', 'cancelled')
 RETURNING id
+
+-- name: dash_session_serial
+-- No parallel workers for the dashboard's statements: each reads a bounded window, where
+-- starting workers costs more than it saves, and takes CPU the job workers need.
+SELECT set_config('max_parallel_workers_per_gather', '0', false)
 
 -- name: dash_session_role
 -- Read-only mode: act as the inspector role for the rest of the session, so that

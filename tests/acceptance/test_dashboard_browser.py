@@ -1,7 +1,8 @@
 """The dashboard in a real browser: Debian's headless Chromium driven by Selenium through
 Debian's chromium-driver, against uvicorn serving the app on a real PostgreSQL. Every
 page loads, the overview refreshes itself, filters work, and every action (confirmed in
-the browser's dialog) is checked in the database afterwards.
+the browser's dialog: retry, cancel, delete, all matching, pause, resume, queue limits)
+is checked in the database afterwards.
 
 ``.ci/run`` installs chromium and chromium-driver when they are missing; without them
 the test is skipped outside CI and fails in it. With ``$PGQUEUE_DASHBOARD_SCREENSHOTS``
@@ -253,12 +254,42 @@ def test_every_page_filter_and_action_in_a_browser(browser: WebDriver, served: s
     accept_confirm(driver)
     wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, 'tr[data-queue="mail"] button.resume'))
     assert {c.queue: c.paused for c in ops.queue_controls(conn, "pgqueue")}["mail"] is True
-    limit = driver.find_element(By.CSS_SELECTOR, 'tr[data-queue="mail"] input[name=concurrency]')
-    limit.clear()
-    limit.send_keys("5")
+    # Set its limits: open the form, type, confirm; the database has them.
+    driver.find_element(By.CSS_SELECTOR, 'tr[data-queue="mail"] details.limits summary').click()
+
+    def type_into(name: str, text: str) -> None:
+        field = driver.find_element(By.CSS_SELECTOR, f'tr[data-queue="mail"] form.limits input[name={name}]')
+        field.clear()
+        field.send_keys(text)
+
+    for name, text in (
+        ("concurrency", "5"),
+        ("rate_limit", "100"),
+        ("rate_period", "1m"),
+        ("key_concurrency", "1"),
+        ("key_rate_limit", "3"),
+        ("key_rate_period", "2s"),
+    ):
+        type_into(name, text)
+    driver.find_element(By.CSS_SELECTOR, 'tr[data-queue="mail"] form.limits input[type=checkbox]').click()
     driver.find_element(By.CSS_SELECTOR, 'tr[data-queue="mail"] button.limit').click()
     accept_confirm(driver)
-    wait(driver, lambda d: d.find_elements(By.ID, "flash"))
+    wait(driver, lambda d: any("rate 100 per 1m" in f.text for f in d.find_elements(By.ID, "flash")))
+    control = {c.queue: c for c in ops.queue_controls(conn, "pgqueue")}["mail"]
+    assert (control.concurrency, control.rate_limit, control.rate_period_seconds) == (5, 100, 60.0)
+    assert (control.key_concurrency, control.key_fifo) == (1, True)
+    assert (control.key_rate_limit, control.key_rate_period_seconds) == (3, 2.0)
+    assert "100 per 1m" in driver.find_element(By.CSS_SELECTOR, 'tr[data-queue="mail"] td.limit-rate').text
+    # A zero period is refused with a clear message, and nothing changes.
+    driver.find_element(By.CSS_SELECTOR, 'tr[data-queue="mail"] details.limits summary').click()
+    type_into("concurrency", "9")
+    type_into("rate_period", "0s")
+    driver.find_element(By.CSS_SELECTOR, 'tr[data-queue="mail"] button.limit').click()
+    accept_confirm(driver)
+    wait(driver, lambda d: d.find_elements(By.ID, "error"))
+    assert "rate period: give a length of time longer than zero" in driver.find_element(By.ID, "error").text
+    assert {c.queue: c for c in ops.queue_controls(conn, "pgqueue")}["mail"] == control
+    driver.get(served + "/queues")
     driver.find_element(By.CSS_SELECTOR, 'tr[data-queue="mail"] button.resume').click()
     accept_confirm(driver)
     wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, 'tr[data-queue="mail"] button.pause'))

@@ -6,12 +6,15 @@ from datetime import UTC, datetime
 
 import pytest
 
+from pgqueue._duration import parse_duration
 from pgqueue.dashboard.charts import Point, bar_chart, line_chart
 from pgqueue.dashboard.config import DashboardConfig, is_loopback, parse_basic_auth
 from pgqueue.dashboard.filters import JobFilter, like_pattern, parse_before
 from pgqueue.dashboard.format import percent, seconds
+from pgqueue.dashboard.limits import LimitsChange, duration_text, parse_limits
 from pgqueue.errors import ConfigError
 from pgqueue.models import JobState
+from pgqueue.ops.queues import KEEP
 
 
 def test_like_pattern_takes_wildcards_literally() -> None:
@@ -59,6 +62,8 @@ def test_settings_are_checked() -> None:
         DashboardConfig(dsn="x", token="short")
     with pytest.raises(ConfigError, match="page_size"):
         DashboardConfig(dsn="x", page_size=0)
+    with pytest.raises(ConfigError, match="failure_window"):
+        DashboardConfig(dsn="x", failure_window=0)
     with pytest.raises(ConfigError, match="role prefix"):
         DashboardConfig(dsn="x", read_only=True, role_prefix="pg_x")
     with pytest.raises(ConfigError, match="basic auth"):
@@ -103,3 +108,34 @@ def test_formats() -> None:
     assert seconds(90) == "90.0 s"
     assert seconds(3000) == "50.0 min"
     assert percent(0.123) == "12.3%"
+
+
+class Form(dict[str, list[str]]):
+    def getlist(self, key: str) -> list[str]:
+        return self.get(key, [])
+
+
+def test_limits_form_applies_what_changed_and_keeps_the_rest() -> None:
+    shown = {"concurrency": ["2"], "concurrency_was": ["2"], "rate_limit": ["10"], "rate_limit_was": ["10"]}
+    shown |= {"rate_period": ["1m"], "rate_period_was": ["1m"], "key_fifo": ["off"], "key_fifo_was": ["off"]}
+    assert parse_limits(Form(shown)).empty
+    change = parse_limits(Form({**shown, "concurrency": [" 5 "], "key_fifo": ["off", "on"]}))
+    assert change == LimitsChange(concurrency=5, key_fifo=True)
+    assert change.describe() == "concurrency 5, key FIFO on"
+    assert parse_limits(Form({**shown, "rate_period": ["90s"]})).rate == (10, 90.0)
+    assert parse_limits(Form({**shown, "rate_limit": ["none"], "rate_period": [""]})).rate is None
+    # Posted without what the form showed (a script): every posted field is applied.
+    assert parse_limits(Form({"concurrency": [""]})) == LimitsChange(concurrency=None)
+    assert parse_limits(Form({})).key_rate is KEEP
+    for bad in ("0", "-1", "1e3", "x"):
+        with pytest.raises(ConfigError, match="positive whole number"):
+            parse_limits(Form({"key_concurrency": [bad]}))
+    with pytest.raises(ConfigError, match="longer than zero"):
+        parse_limits(Form({"key_rate_limit": ["3"], "key_rate_period": ["0m"]}))
+
+
+def test_duration_text_reads_back() -> None:
+    for value, text in ((60, "1m"), (90, "1m30s"), (0.5, "0.5s"), (86_400, "1d"), (3_725, "1h2m5s"), (0.001, "0.001s")):
+        assert duration_text(value) == text
+        assert parse_duration(text).total_seconds() == pytest.approx(value)
+    assert duration_text(None) == ""
