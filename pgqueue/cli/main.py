@@ -86,11 +86,18 @@ def migrate(
             if create_roles:
                 names = apply_roles(conn, schema, role_prefix)
         if applied:
-            console.print(f"schema [bold]{schema}[/]: applied {', '.join(map(str, applied))}; now at version {version}")
+            # One line however many versions were applied (rich would wrap it at 80 columns
+            # when the output is not a terminal, splitting what scripts grep for).
+            console.print(
+                f"schema [bold]{schema}[/]: applied {', '.join(map(str, applied))}; now at version {version}",
+                soft_wrap=True,
+            )
         else:
             console.print(f"schema [bold]{schema}[/]: up to date at version {version}")
         if create_roles:
-            console.print(f"roles: {', '.join(names.all())} (NOLOGIN groups: GRANT them to login users)")
+            console.print(
+                f"roles: {', '.join(names.all())} (NOLOGIN groups: GRANT them to login users)", soft_wrap=True
+            )
 
     guard(go)
 
