@@ -135,80 +135,6 @@ BEGIN
                 ORDER BY p.o1, p.o2, p.id
                 LIMIT v_allow
             ) AS c;
-        ELSIF v_allow > 0 AND q.key_rate_limit IS NULL AND NOT q.key_fifo THEN
-            -- Per-key concurrency only: one statement walks the keys (after this process's
-            -- cursor, then from the start up to it) and takes each key's oldest jobs up to
-            -- what its limit leaves. The LIMIT stops the walk as soon as enough are picked;
-            -- a key at its limit costs one index probe and yields nothing.
-            SELECT coalesce(jsonb_object_agg(g.concurrency_key, g.n), '{{}}')
-            INTO v_running
-            FROM (SELECT j.concurrency_key, count(*) AS n
-                  FROM {schema}.jobs_live AS j
-                  WHERE j.queue = v_q AND j.state = 'running' AND j.concurrency_key IS NOT NULL
-                  GROUP BY j.concurrency_key) AS g;
-            v_start_key := coalesce(v_cursor, '');
-            WITH RECURSIVE after_start(key, n) AS (
-                SELECT (SELECT j.concurrency_key FROM {schema}.jobs_live AS j
-                        WHERE j.queue = v_q AND j.state = 'available' AND j.concurrency_key > v_start_key
-                        ORDER BY j.queue, j.state, j.concurrency_key LIMIT 1), 1
-                UNION ALL
-                SELECT (SELECT j.concurrency_key FROM {schema}.jobs_live AS j
-                        WHERE j.queue = v_q AND j.state = 'available' AND j.concurrency_key > a.key
-                        ORDER BY j.queue, j.state, j.concurrency_key LIMIT 1), a.n + 1
-                FROM after_start AS a
-                WHERE a.key IS NOT NULL AND a.n < 1000
-            ), up_to_start(key, n) AS (
-                SELECT (SELECT j.concurrency_key FROM {schema}.jobs_live AS j
-                        WHERE j.queue = v_q AND j.state = 'available' AND j.concurrency_key IS NOT NULL
-                        ORDER BY j.queue, j.state, j.concurrency_key LIMIT 1), 1001
-                WHERE v_start_key <> ''
-                UNION ALL
-                SELECT (SELECT j.concurrency_key FROM {schema}.jobs_live AS j
-                        WHERE j.queue = v_q AND j.state = 'available' AND j.concurrency_key > u.key
-                        ORDER BY j.queue, j.state, j.concurrency_key LIMIT 1), u.n + 1
-                FROM up_to_start AS u
-                WHERE u.key IS NOT NULL AND u.key < v_start_key AND u.n < 2000
-            ), walk AS (
-                SELECT a.key, a.n FROM after_start AS a WHERE a.key IS NOT NULL
-                UNION ALL
-                SELECT u.key, u.n FROM up_to_start AS u WHERE u.key IS NOT NULL AND u.key <= v_start_key
-            )
-            SELECT coalesce(array_agg(p.id ORDER BY p.n, p.id), '{{}}'),
-                   coalesce(array_agg(p.task ORDER BY p.n, p.id), '{{}}'),
-                   (array_agg(p.key ORDER BY p.n DESC))[1]
-            INTO v_picked, v_picked_tasks, v_key
-            FROM (
-                SELECT w.key, w.n, x.id, x.task
-                FROM (SELECT * FROM walk LIMIT 1000) AS w
-                CROSS JOIN LATERAL (
-                    SELECT j.id, j.task
-                    FROM {schema}.jobs_live AS j
-                    WHERE j.queue = v_q AND j.state = 'available' AND j.concurrency_key = w.key
-                      AND j.task = ANY(v_tasks) AND (j.expires_at IS NULL OR j.expires_at > v_now)
-                    ORDER BY j.id
-                    LIMIT greatest(q.key_concurrency - coalesce((v_running ->> w.key)::integer, 0), 0)
-                    FOR UPDATE SKIP LOCKED
-                ) AS x
-                LIMIT v_allow
-            ) AS p;
-            -- The next claim starts after the last key that gave a job (none: where this began).
-            v_cursor := coalesce(v_key, nullif(v_start_key, ''));
-            v_allow := v_allow - cardinality(v_picked);
-            IF v_allow > 0 AND coalesce(p_unkeyed[i], true) THEN
-                v_keyed := cardinality(v_picked);
-                SELECT v_picked || coalesce(array_agg(p.id), '{{}}'), v_picked_tasks || coalesce(array_agg(p.task), '{{}}')
-                INTO v_picked, v_picked_tasks
-                FROM (
-                    SELECT j.id, j.task
-                    FROM {schema}.jobs_live AS j
-                    WHERE j.state = 'available' AND j.queue = v_q AND j.concurrency_key IS NULL
-                      AND j.task = ANY(v_tasks) AND (j.expires_at IS NULL OR j.expires_at > v_now)
-                    ORDER BY (-j.priority::integer), j.run_at, j.id
-                    LIMIT v_allow
-                    FOR UPDATE SKIP LOCKED
-                ) AS p;
-                v_unkeyed := cardinality(v_picked) > v_keyed;
-            END IF;
         ELSIF v_allow > 0 THEN
             -- Per-key control: keys take turns, starting after this process's cursor; a
             -- key at its limit is skipped in one index probe, so it never holds up others.
@@ -219,80 +145,134 @@ BEGIN
                   WHERE j.queue = v_q AND j.state = 'running' AND j.concurrency_key IS NOT NULL
                   GROUP BY j.concurrency_key) AS g;
             v_start_key := coalesce(v_cursor, '');
-            v_key := v_start_key;
-            v_wrapped := false;
-            v_visits := 0;
-            LOOP
-                EXIT WHEN v_allow <= 0 OR v_visits >= 1000;
-                v_cursor := (SELECT j.concurrency_key
-                             FROM {schema}.jobs_live AS j
-                             WHERE j.queue = v_q AND j.state = 'available' AND j.concurrency_key > v_key
-                             ORDER BY j.queue, j.state, j.concurrency_key
-                             LIMIT 1);
-                IF v_cursor IS NULL THEN
-                    EXIT WHEN v_wrapped OR v_start_key = '';
-                    v_wrapped := true;
-                    v_key := '';
-                    CONTINUE;
-                END IF;
-                EXIT WHEN v_wrapped AND v_cursor > v_start_key;
-                v_key := v_cursor;
-                v_visits := v_visits + 1;
-                v_key_allow := v_allow;
-                IF q.key_concurrency IS NOT NULL THEN
-                    v_key_allow := least(v_key_allow, q.key_concurrency - coalesce((v_running ->> v_key)::integer, 0));
-                END IF;
-                IF v_key_allow > 0 AND q.key_rate_limit IS NOT NULL THEN
-                    SELECT coalesce(sum(r.n), 0), min(r.at) INTO v_starts, v_oldest
-                    FROM {schema}.rate_starts AS r
-                    WHERE r.scope = 'k:' || v_q || ':' || v_key AND r.at > v_now - q.key_rate_period;
-                    IF v_starts >= q.key_rate_limit THEN
-                        v_wait := least(coalesce(v_wait, 'Infinity'),
-                                        greatest(extract(epoch FROM v_oldest + q.key_rate_period - v_now), 0.001));
-                    END IF;
-                    v_key_allow := least(v_key_allow, q.key_rate_limit - v_starts);
-                END IF;
-                IF v_key_allow > 0 AND q.key_fifo THEN
-                    -- Strictly in enqueue order: only the key's oldest live job may start,
-                    -- and only once every earlier job of the key has finished.
-                    v_head := (SELECT j.id
-                               FROM {schema}.jobs_live AS j
-                               WHERE j.queue = v_q AND j.state = 'available' AND j.concurrency_key = v_key
-                               ORDER BY j.queue, j.state, j.concurrency_key, j.id
-                               LIMIT 1);
-                    IF EXISTS (SELECT FROM {schema}.jobs_live AS j
-                               WHERE j.queue = v_q AND j.state IN ('scheduled', 'running', 'retryable')
-                                 AND j.concurrency_key = v_key AND j.id < v_head) THEN
-                        v_key_allow := 0;
-                    END IF;
-                END IF;
-                IF v_key_allow <= 0 THEN
-                    v_blocked := true;
-                    CONTINUE;
-                END IF;
-                SELECT coalesce(array_agg(p.id ORDER BY p.id), '{{}}'), coalesce(array_agg(p.task ORDER BY p.id), '{{}}')
-                INTO v_ids, v_task_of
+            IF q.key_rate_limit IS NULL AND NOT q.key_fifo THEN
+                -- Per-key concurrency only: one statement walks the keys (after the cursor,
+                -- then from the start up to it) and takes each key's oldest jobs up to what
+                -- its limit leaves. The LIMIT stops the walk as soon as enough are picked.
+                WITH RECURSIVE after_start(key, n) AS (
+                    SELECT (SELECT j.concurrency_key FROM {schema}.jobs_live AS j
+                            WHERE j.queue = v_q AND j.state = 'available' AND j.concurrency_key > v_start_key
+                            ORDER BY j.queue, j.state, j.concurrency_key LIMIT 1), 1
+                    UNION ALL
+                    SELECT (SELECT j.concurrency_key FROM {schema}.jobs_live AS j
+                            WHERE j.queue = v_q AND j.state = 'available' AND j.concurrency_key > a.key
+                            ORDER BY j.queue, j.state, j.concurrency_key LIMIT 1), a.n + 1
+                    FROM after_start AS a
+                    WHERE a.key IS NOT NULL AND a.n < 1000
+                ), up_to_start(key, n) AS (
+                    SELECT (SELECT j.concurrency_key FROM {schema}.jobs_live AS j
+                            WHERE j.queue = v_q AND j.state = 'available' AND j.concurrency_key IS NOT NULL
+                            ORDER BY j.queue, j.state, j.concurrency_key LIMIT 1), 1001
+                    WHERE v_start_key <> ''
+                    UNION ALL
+                    SELECT (SELECT j.concurrency_key FROM {schema}.jobs_live AS j
+                            WHERE j.queue = v_q AND j.state = 'available' AND j.concurrency_key > u.key
+                            ORDER BY j.queue, j.state, j.concurrency_key LIMIT 1), u.n + 1
+                    FROM up_to_start AS u
+                    WHERE u.key IS NOT NULL AND u.key < v_start_key AND u.n < 2000
+                ), walk AS (
+                    SELECT a.key, a.n FROM after_start AS a WHERE a.key IS NOT NULL
+                    UNION ALL
+                    SELECT u.key, u.n FROM up_to_start AS u WHERE u.key IS NOT NULL AND u.key <= v_start_key
+                )
+                SELECT coalesce(array_agg(p.id ORDER BY p.n, p.id), '{{}}'),
+                       coalesce(array_agg(p.task ORDER BY p.n, p.id), '{{}}'),
+                       (array_agg(p.key ORDER BY p.n DESC))[1]
+                INTO v_picked, v_picked_tasks, v_key
                 FROM (
-                    SELECT j.id, j.task
-                    FROM {schema}.jobs_live AS j
-                    WHERE j.queue = v_q AND j.state = 'available' AND j.concurrency_key = v_key
-                      AND j.task = ANY(v_tasks) AND (j.expires_at IS NULL OR j.expires_at > v_now)
-                      AND (NOT q.key_fifo OR j.id = v_head)
-                    ORDER BY j.id
-                    LIMIT v_key_allow
-                    FOR UPDATE SKIP LOCKED
+                    SELECT w.key, w.n, x.id, x.task
+                    FROM (SELECT * FROM walk LIMIT 1000) AS w
+                    CROSS JOIN LATERAL (
+                        SELECT j.id, j.task
+                        FROM {schema}.jobs_live AS j
+                        WHERE j.queue = v_q AND j.state = 'available' AND j.concurrency_key = w.key
+                          AND j.task = ANY(v_tasks) AND (j.expires_at IS NULL OR j.expires_at > v_now)
+                        ORDER BY j.id
+                        LIMIT greatest(q.key_concurrency - coalesce((v_running ->> w.key)::integer, 0), 0)
+                        FOR UPDATE SKIP LOCKED
+                    ) AS x
+                    LIMIT v_allow
                 ) AS p;
-                v_picked := v_picked || v_ids;
-                v_picked_tasks := v_picked_tasks || v_task_of;
-                v_allow := v_allow - cardinality(v_ids);
-                IF q.key_rate_limit IS NOT NULL AND cardinality(v_ids) > 0 THEN
-                    INSERT INTO {schema}.rate_starts (scope, at, n)
-                    VALUES ('k:' || v_q || ':' || v_key, v_now, cardinality(v_ids));
-                    DELETE FROM {schema}.rate_starts AS r
-                    WHERE r.scope = 'k:' || v_q || ':' || v_key AND r.at <= v_now - q.key_rate_period;
-                END IF;
-            END LOOP;
-            v_cursor := nullif(v_key, '');
+                -- The next claim starts after the last key that gave a job (none: where this began).
+                v_cursor := coalesce(v_key, nullif(v_start_key, ''));
+                v_allow := v_allow - cardinality(v_picked);
+            ELSE
+                -- Key rates or strict FIFO: key by key, each decided by its own rows.
+                v_key := v_start_key;
+                v_wrapped := false;
+                v_visits := 0;
+                LOOP
+                    EXIT WHEN v_allow <= 0 OR v_visits >= 1000;
+                    v_cursor := (SELECT j.concurrency_key
+                                 FROM {schema}.jobs_live AS j
+                                 WHERE j.queue = v_q AND j.state = 'available' AND j.concurrency_key > v_key
+                                 ORDER BY j.queue, j.state, j.concurrency_key
+                                 LIMIT 1);
+                    IF v_cursor IS NULL THEN
+                        EXIT WHEN v_wrapped OR v_start_key = '';
+                        v_wrapped := true;
+                        v_key := '';
+                        CONTINUE;
+                    END IF;
+                    EXIT WHEN v_wrapped AND v_cursor > v_start_key;
+                    v_key := v_cursor;
+                    v_visits := v_visits + 1;
+                    v_key_allow := v_allow;
+                    IF q.key_concurrency IS NOT NULL THEN
+                        v_key_allow := least(v_key_allow, q.key_concurrency - coalesce((v_running ->> v_key)::integer, 0));
+                    END IF;
+                    IF v_key_allow > 0 AND q.key_rate_limit IS NOT NULL THEN
+                        SELECT coalesce(sum(r.n), 0), min(r.at) INTO v_starts, v_oldest
+                        FROM {schema}.rate_starts AS r
+                        WHERE r.scope = 'k:' || v_q || ':' || v_key AND r.at > v_now - q.key_rate_period;
+                        IF v_starts >= q.key_rate_limit THEN
+                            v_wait := least(coalesce(v_wait, 'Infinity'),
+                                            greatest(extract(epoch FROM v_oldest + q.key_rate_period - v_now), 0.001));
+                        END IF;
+                        v_key_allow := least(v_key_allow, q.key_rate_limit - v_starts);
+                    END IF;
+                    IF v_key_allow > 0 AND q.key_fifo THEN
+                        -- Strictly in enqueue order: only the key's oldest live job may start,
+                        -- and only once every earlier job of the key has finished.
+                        v_head := (SELECT j.id
+                                   FROM {schema}.jobs_live AS j
+                                   WHERE j.queue = v_q AND j.state = 'available' AND j.concurrency_key = v_key
+                                   ORDER BY j.queue, j.state, j.concurrency_key, j.id
+                                   LIMIT 1);
+                        IF EXISTS (SELECT FROM {schema}.jobs_live AS j
+                                   WHERE j.queue = v_q AND j.state IN ('scheduled', 'running', 'retryable')
+                                     AND j.concurrency_key = v_key AND j.id < v_head) THEN
+                            v_key_allow := 0;
+                        END IF;
+                    END IF;
+                    IF v_key_allow <= 0 THEN
+                        v_blocked := true;
+                        CONTINUE;
+                    END IF;
+                    SELECT coalesce(array_agg(p.id ORDER BY p.id), '{{}}'), coalesce(array_agg(p.task ORDER BY p.id), '{{}}')
+                    INTO v_ids, v_task_of
+                    FROM (
+                        SELECT j.id, j.task
+                        FROM {schema}.jobs_live AS j
+                        WHERE j.queue = v_q AND j.state = 'available' AND j.concurrency_key = v_key
+                          AND j.task = ANY(v_tasks) AND (j.expires_at IS NULL OR j.expires_at > v_now)
+                          AND (NOT q.key_fifo OR j.id = v_head)
+                        ORDER BY j.id
+                        LIMIT v_key_allow
+                        FOR UPDATE SKIP LOCKED
+                    ) AS p;
+                    v_picked := v_picked || v_ids;
+                    v_picked_tasks := v_picked_tasks || v_task_of;
+                    v_allow := v_allow - cardinality(v_ids);
+                    IF q.key_rate_limit IS NOT NULL AND cardinality(v_ids) > 0 THEN
+                        INSERT INTO {schema}.rate_starts (scope, at, n)
+                        VALUES ('k:' || v_q || ':' || v_key, v_now, cardinality(v_ids));
+                        DELETE FROM {schema}.rate_starts AS r
+                        WHERE r.scope = 'k:' || v_q || ':' || v_key AND r.at <= v_now - q.key_rate_period;
+                    END IF;
+                END LOOP;
+                v_cursor := nullif(v_key, '');
+            END IF;
             IF v_allow > 0 AND coalesce(p_unkeyed[i], true) THEN
                 -- Jobs without a key are not limited per key: the queue's order. Only when
                 -- asked: in a queue of keyed jobs this walks past all of them.
