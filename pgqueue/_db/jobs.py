@@ -66,8 +66,9 @@ class FlowSettings:
 
     controlled_queues: frozenset[str]
     limited_tasks: frozenset[str]
-    #: Controlled queues with a global concurrency limit or a rate (queue or key).
-    slot_limited: frozenset[str] = frozenset()
+    #: Controlled queues with a global concurrency limit or a rate (queue or key): where
+    #: workers must not claim ahead (see :attr:`prefetchable`).
+    no_claim_ahead: frozenset[str] = frozenset()
 
     @property
     def any(self) -> bool:
@@ -80,7 +81,7 @@ class FlowSettings:
         nor under a rate (a start is counted at the claim: a buffered job would start
         later than counted, so handler starts could bunch up past the rate). Under key
         concurrency a buffered job holds only its own key's slot."""
-        return not (self.slot_limited or self.limited_tasks)
+        return not (self.no_claim_ahead or self.limited_tasks)
 
 
 @dataclass(frozen=True, slots=True)
