@@ -201,6 +201,12 @@ class Executor:
     def written(self, job: Job, outcome: Outcome, accepted: bool) -> None:
         """The completer wrote ``outcome`` (``accepted``), or the fence refused it."""
         if self.leases.drop(job):
+            if self.buffer:
+                # Unwritten outcomes may have held the buffer back with slots free (see
+                # Capacity.free): the freed lease lets the next buffered job start now.
+                # Nothing else would start it once the queue ran dry (no backlog, so the
+                # fetcher is not woken).
+                self.fill()
             self.capacity.refill()
         seconds = self._took(job)
         if not accepted:
