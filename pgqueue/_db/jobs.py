@@ -198,9 +198,6 @@ class JobsDB:
         }
         params.update(cursor_params(queues, after, queue_limits))
         query = self.q["job_claim_one_queue" if len(queues) == 1 else "job_claim_many_queues"]
-        if not outcomes:
-            cur = await conn.execute(query, params)
-            return [Job(*row) for row in await cur.fetchall()], set()
         with translated(conn, self.schema, missing_schema=False, partition=True):
             return await self._claim_and_record(conn, query, params, outcomes)
 
@@ -282,13 +279,17 @@ class JobsDB:
     async def _claim_and_record(
         self, conn: AConn, query: bytes, params: dict[str, Any], outcomes: Sequence[tuple[int, uuid.UUID, Outcome]]
     ) -> tuple[list[Job], set[int]]:
+        """The buffered outcomes (if any) and the claim in one pipeline: one round trip and one
+        transaction, on the worker's plans (``worker_plans``)."""
         async with conn.pipeline() as pipeline:
+            await conn.execute(self.q["worker_plans"])
             written_cur = conn.cursor()
             claim_cur = conn.cursor()
-            await written_cur.execute(self.q["job_record_outcomes"], outcome_params(outcomes))
+            if outcomes:
+                await written_cur.execute(self.q["job_record_outcomes"], outcome_params(outcomes))
             await claim_cur.execute(query, params)
             await pipeline.sync()
-            written = {row[0] for row in await written_cur.fetchall()}
+            written = {row[0] for row in await written_cur.fetchall()} if outcomes else set()
             jobs = [Job(*row) for row in await claim_cur.fetchall()]
         return jobs, written
 
@@ -299,14 +300,19 @@ class JobsDB:
             PartitionMissingError: a finished-job partition does not exist.
         """
         with translated(conn, self.schema, missing_schema=False, partition=True):
-            cur = await conn.execute(self.q["job_record_outcomes"], outcome_params(items))
+            async with conn.pipeline():  # one round trip, one transaction (or the caller's)
+                await conn.execute(self.q["worker_plans"])
+                cur = await conn.execute(self.q["job_record_outcomes"], outcome_params(items))
             return {row[0] for row in await cur.fetchall()}
 
     def record_outcomes_sync(self, conn: Conn, items: Sequence[tuple[int, uuid.UUID, Outcome]]) -> set[int]:
         """:meth:`record_outcomes` on a blocking connection (a transactional sync handler's
         transaction, so the outcome commits with the handler's writes)."""
         with translated(conn, self.schema, missing_schema=False, partition=True):
-            return {row[0] for row in conn.execute(self.q["job_record_outcomes"], outcome_params(items)).fetchall()}
+            with conn.pipeline():
+                conn.execute(self.q["worker_plans"])
+                cur = conn.execute(self.q["job_record_outcomes"], outcome_params(items))
+            return {row[0] for row in cur.fetchall()}
 
     async def register(self, conn: AConn, registration: Mapping[str, Any]) -> None:
         """Create or refresh this worker's row in ``worker_registry`` (``registry_upsert``)."""
@@ -315,8 +321,10 @@ class JobsDB:
     async def register_and_extend_leases(
         self, conn: AConn, registration: Mapping[str, Any], held: Mapping[int, uuid.UUID], lease: float
     ) -> dict[int, bool]:
-        """:meth:`register` and :meth:`extend_leases` in one round trip (a pipeline)."""
+        """:meth:`register` and :meth:`extend_leases` in one round trip (a pipeline), on the
+        worker's plans (``worker_plans``)."""
         async with conn.pipeline():
+            await conn.execute(self.q["worker_plans"])
             await self.register(conn, registration)
             return await self.extend_leases(conn, held, lease)
 

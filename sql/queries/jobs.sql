@@ -50,11 +50,28 @@ SELECT now()
 -- Wake workers of these queues (called once per enqueue_many, one NOTIFY per queue).
 SELECT pg_notify({channel}, q) FROM unnest(%(queues)s::text[]) AS q
 
+-- name: worker_plans
+-- Sent before the worker's hot statements (claims, outcomes, heartbeats), in the same
+-- transaction (a pipeline, or the caller's transaction): they run on their generic plans,
+-- made without sequential scans. Two problems of PostgreSQL's defaults, measured:
+-- * a claim was planned afresh every time (a generic plan cannot know the claim's LIMIT,
+--   so it never looks cheaper than a custom one), and planning cost more server time than
+--   a small claim itself;
+-- * a statement prepared while the live table looked empty (an idle queue, analyzed
+--   empty) got a generic plan that scans the table, and kept it after jobs poured in
+--   until the next ANALYZE: every completion then read the whole table.
+-- Their plans are the same index walks whatever the table holds; enable_seqscan off keeps
+-- the generic plans on the claim and primary-key indexes (claim_picked's "= ANY" makes the
+-- latter usable for a claim). Both settings are local to the transaction: nothing else on
+-- the connection is affected.
+SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true)
+
 -- fragment: claim_picked
 -- The claim itself, shared by every claim below: each row of the CTE "picked" (id,
 -- started_at) becomes running under a fresh lease from started_at, its attempt counted; a
 -- NULL max_attempts becomes the task's own setting. Returns the columns of
--- pgqueue.models.Job.
+-- pgqueue.models.Job. The "= ANY" repeats the join as an index condition: a generic plan
+-- (which cannot know how many rows "picked" holds) then still finds them by primary key.
 UPDATE {schema}.jobs_live AS j
 SET state = 'running',
     attempt = j.attempt + 1,
@@ -67,7 +84,7 @@ SET state = 'running',
         FROM unnest(%(tasks)s::text[], %(task_max_attempts)s::int[]) AS d(task, max_attempts)
         WHERE d.task = j.task))
 FROM picked
-WHERE j.id = picked.id
+WHERE j.id = picked.id AND j.id = ANY(ARRAY(SELECT id FROM picked))
 RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempt, j.max_attempts,
           j.lease_token, j.run_at, j.created_at, picked.started_at - j.run_at AS pickup_delay,
           coalesce(j.scheduled_at, j.run_at) AS scheduled_at, j.snoozes, j.expires_at, j.concurrency_key,
