@@ -107,6 +107,28 @@ def drain(
 
 
 @app.command()
+def notify(
+    dsn: DsnOpt = None,
+    repeat: RepeatOpt = 3,
+    clients: Annotated[int, typer.Option(min=1, help="pgbench connections enqueueing at once.")] = 8,
+    duration: Annotated[int, typer.Option(min=1, help="Seconds per run.")] = 6,
+    one_in: Annotated[str, typer.Option(help="Variants: 1 = every job notifies, N = one in N, 0 = none.")] = "1,10,0",
+    json_path: JsonOpt = None,
+    quick: QuickOpt = False,
+) -> None:
+    """pgqueue's single-job INSERT from pgbench (C clients): commits/s when every job
+    notifies, when one in N does (a NOTIFY window) and when none does."""
+    from bench.workloads import notify as w
+
+    if quick:
+        duration, repeat = 2, 1
+    resolved = _db.resolve_dsn(dsn)
+    variants = _ints(one_in, "--one-in", minimum=0)
+    result = w.run(resolved, clients=clients, duration=duration, repeat=repeat, one_in=variants)
+    _finish(f"notify: pgqueue's single-job INSERT, {clients} pgbench clients", result, resolved, json_path, None)
+
+
+@app.command()
 def workflows(
     dsn: DsnOpt = None,
     repeat: RepeatOpt = 3,
@@ -486,14 +508,15 @@ def soak(
     )
 
 
-def _ints(value: str, option: str) -> list[int]:
-    """A comma-separated list of positive integers, e.g. ``--concurrency 4,16,100``."""
+def _ints(value: str, option: str, minimum: int = 1) -> list[int]:
+    """A comma-separated list of integers >= ``minimum``, e.g. ``--concurrency 4,16,100``."""
     try:
         out = [int(v) for v in value.split(",")]
     except ValueError:
         out = []
-    if not out or min(out) < 1:
-        raise typer.BadParameter(f"expected positive integers separated by commas, got {value!r}", param_hint=option)
+    if not out or min(out) < minimum:
+        kind = "positive integers" if minimum == 1 else f"integers >= {minimum}"
+        raise typer.BadParameter(f"expected {kind} separated by commas, got {value!r}", param_hint=option)
     return out
 
 

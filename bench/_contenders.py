@@ -141,6 +141,22 @@ PGQUEUE_UVLOOP = dataclasses.replace(
     PGQUEUE, name="pgqueue-uvloop", worker_args=("--uvloop", "1"), needs=("uvloop",), variant=True
 )
 
+
+# pgqueue's producers with a 10 ms NOTIFY window (App(notify_window=0.01)): a producer
+# enqueueing faster than that notifies about once per window (`bench enqueue --contenders
+# pgqueue,pgqueue-window`; `bench notify` shows what that buys the database itself).
+def _window_enqueue_one(conn: Conn, key: str, sent_at: float) -> None:
+    global _PGQ_WINDOW_APP
+    if _PGQ_WINDOW_APP is None:
+        from bench.workers.pgqueue_worker import build_app
+
+        _PGQ_WINDOW_APP = build_app("postgresql://unused", notify_window=0.01)
+    _PGQ_WINDOW_APP.tasks["bench.noop"].enqueue(conn, k=key, t=sent_at)
+
+
+_PGQ_WINDOW_APP: Any = None
+PGQUEUE_WINDOW = dataclasses.replace(PGQUEUE, name="pgqueue-window", enqueue_one=_window_enqueue_one, variant=True)
+
 # pgqueue whose handler returns a small dict, stored as each job's result: what results
 # cost the completion (`--contenders pgqueue,pgqueue-result`).
 PGQUEUE_RESULT = dataclasses.replace(PGQUEUE, name="pgqueue-result", worker_args=("--result", "1"), variant=True)
@@ -256,6 +272,7 @@ CONTENDERS: dict[str, Contender] = {
     c.name: c
     for c in (
         PGQUEUE, PGQUEUE_NO_CURSOR, PGQUEUE_RESULT, PGQUEUE_AWAITED, PGQUEUE_CHAIN, PGQUEUE_FAN, PGQUEUE_UVLOOP,
+        PGQUEUE_WINDOW,
         RAW_1, RAW_100,
     )
 }  # fmt: skip

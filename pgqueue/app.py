@@ -23,6 +23,8 @@ from ._db import enqueue as _enqueue_db
 from ._db import workflows as _batch_db
 from ._db.results import ResultsDB
 from ._db.sql import validate_schema
+from ._wake import DEFAULT_WINDOW as DEFAULT_NOTIFY_WINDOW
+from ._wake import WakeThrottle
 from .batch import Batch, callbacks_json
 from .config import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, WorkerConfig, validate_queue
 from .cron import schedule as _cron
@@ -164,12 +166,13 @@ class Task(TaskDef, Generic[P, R]):
     def enqueue(self, conn: psycopg.Connection[Any], **kwargs: Any) -> JobHandle:
         """Enqueue in ``conn``'s current transaction; returns the job's id as a
         :class:`~pgqueue.JobHandle` (an ``int`` that can also wait for the result)."""
-        return JobHandle(_enqueue_db.enqueue_one(conn, self.app.schema, self.job(**kwargs)), self.app)
+        return JobHandle(_enqueue_db.enqueue_one(conn, self.app.schema, self.job(**kwargs), self.app.wakes), self.app)
 
     async def enqueue_async(self, conn: psycopg.AsyncConnection[Any], **kwargs: Any) -> JobHandle:
         """Enqueue in ``conn``'s current transaction; returns the job's
         :class:`~pgqueue.JobHandle`."""
-        return JobHandle(await _enqueue_db.enqueue_one_async(conn, self.app.schema, self.job(**kwargs)), self.app)
+        job_id = await _enqueue_db.enqueue_one_async(conn, self.app.schema, self.job(**kwargs), self.app.wakes)
+        return JobHandle(job_id, self.app)
 
 
 class _TaskDecorator(Protocol):
@@ -192,6 +195,7 @@ class App:
         max_payload_bytes: int = _enqueue.DEFAULT_MAX_PAYLOAD_BYTES,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
         worker_config: WorkerConfig | None = None,
+        notify_window: float = DEFAULT_NOTIFY_WINDOW,
     ) -> None:
         self._dsn = dsn
         self._dsn_source = _dsn.FROM_APP
@@ -202,6 +206,9 @@ class App:
         self.max_payload_bytes = max_payload_bytes
         #: Largest result a handler may return, in bytes of JSON; a bigger one discards its job.
         self.max_result_bytes = check_max_result_bytes(max_result_bytes)
+        #: A producer enqueueing faster than one job per this many seconds, one statement
+        #: per transaction, notifies once per window; 0: every job notifies (pgqueue/_wake.py).
+        self.wakes = WakeThrottle(notify_window)
         self._waiter: ResultWaiter | None = None
         self._waiter_lock = threading.Lock()
         self.worker_config = worker_config or WorkerConfig()

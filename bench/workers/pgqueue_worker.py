@@ -16,8 +16,8 @@ REPORT = False
 RESULT = False
 
 
-def build_app(dsn: str) -> pgqueue.App:
-    app = pgqueue.App(dsn=dsn)
+def build_app(dsn: str, notify_window: float = 0.0) -> pgqueue.App:
+    app = pgqueue.App(dsn=dsn, notify_window=notify_window)
 
     @app.task(name="bench.noop")
     async def noop(k: str | None = None, t: float | None = None, s: float | None = None) -> Any:

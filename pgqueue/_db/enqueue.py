@@ -8,14 +8,17 @@ open, which is what makes a job exist iff the caller's transaction commits.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import AsyncIterable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 
 from .._enqueue import node_json
+from .._wake import Plan, WakeThrottle
 from ..errors import InvalidArgumentsError, PgQueueError
 from ..models import JobSpec
 from .conn import AnyConn, expect_row
@@ -25,13 +28,18 @@ from .workflows import enqueue_graph, enqueue_graph_async
 
 __all__ = ["enqueue_many", "enqueue_many_async", "enqueue_one", "enqueue_one_async"]
 
+log = logging.getLogger("pgqueue.enqueue")
+
 
 # -- one job ---------------------------------------------------------------------------
 
 
-def params(spec: JobSpec) -> dict[str, Any]:
-    """The parameters of ``job_insert`` / ``job_enqueue`` for one job."""
+def params(spec: JobSpec, plan: Plan | None = None) -> dict[str, Any]:
+    """The parameters of ``job_insert`` / ``job_enqueue`` for one job (``plan``: its
+    wake-up, when a :class:`~pgqueue._wake.WakeThrottle` decided it)."""
     return {
+        "wake": plan is None or plan.notify,
+        "echo": None if plan is None else plan.echo,
         "task": spec.task,
         "args": spec.args_json,
         "queue": spec.queue,
@@ -62,25 +70,71 @@ def _dependent_nodes(specs: list[JobSpec]) -> str:
     )
 
 
-def enqueue_one(conn: psycopg.Connection[Any], schema: str, spec: JobSpec) -> int:
+def _plan(conn: AnyConn, spec: JobSpec, wakes: WakeThrottle | None) -> Plan | None:
+    """The throttle's decision for a job due now whose statement is its own transaction
+    (there the commit is seen to happen); None (always notify) for every other job."""
+    if (
+        wakes is None
+        or not wakes.window
+        or spec.unique_key is not None
+        or spec.run_at is not None
+        or spec.delay
+        or not conn.autocommit
+        or conn.info.transaction_status != TransactionStatus.IDLE
+    ):
+        return None
+    return wakes.plan(spec.queue)
+
+
+def _repair_failed(exc: psycopg.Error, job_id: int) -> None:
+    # The job is committed: failing the call now would invite a duplicate. Workers find it
+    # by their safety-net poll.
+    log.warning("job %s enqueued, but its wake-up could not be sent (%s); workers will find it by polling", job_id, exc)
+
+
+def enqueue_one(conn: psycopg.Connection[Any], schema: str, spec: JobSpec, wakes: WakeThrottle | None = None) -> int:
     if spec.depends_on:
         return enqueue_graph(conn, schema, _dependent_nodes([spec]))[0]
+    plan = _plan(conn, spec, wakes)
     try:
-        row = conn.execute(_query(schema, spec), params(spec)).fetchone()
-    except psycopg.Error as exc:
-        raise enqueue_error(exc, conn, schema) from exc
-    return int(expect_row(row, "job_insert")[0])
+        row = conn.execute(_query(schema, spec), params(spec, plan)).fetchone()
+    except BaseException as exc:
+        if wakes is not None and plan is not None:
+            wakes.settle(plan, ok=False)
+        if isinstance(exc, psycopg.Error):
+            raise enqueue_error(exc, conn, schema) from exc
+        raise
+    job_id = int(expect_row(row, "job_insert")[0])
+    if wakes is not None and plan is not None and wakes.settle(plan, ok=True):
+        try:
+            conn.execute(queries_for(schema)["queue_notify"], {"queues": [spec.queue]})
+        except psycopg.Error as exc:
+            _repair_failed(exc, job_id)
+    return job_id
 
 
-async def enqueue_one_async(conn: psycopg.AsyncConnection[Any], schema: str, spec: JobSpec) -> int:
+async def enqueue_one_async(
+    conn: psycopg.AsyncConnection[Any], schema: str, spec: JobSpec, wakes: WakeThrottle | None = None
+) -> int:
     if spec.depends_on:
         return (await enqueue_graph_async(conn, schema, _dependent_nodes([spec])))[0]
+    plan = _plan(conn, spec, wakes)
     try:
-        cur = await conn.execute(_query(schema, spec), params(spec))
+        cur = await conn.execute(_query(schema, spec), params(spec, plan))
         row = await cur.fetchone()
-    except psycopg.Error as exc:
-        raise enqueue_error(exc, conn, schema) from exc
-    return int(expect_row(row, "job_insert")[0])
+    except BaseException as exc:
+        if wakes is not None and plan is not None:
+            wakes.settle(plan, ok=False)
+        if isinstance(exc, psycopg.Error):
+            raise enqueue_error(exc, conn, schema) from exc
+        raise
+    job_id = int(expect_row(row, "job_insert")[0])
+    if wakes is not None and plan is not None and wakes.settle(plan, ok=True):
+        try:
+            await conn.execute(queries_for(schema)["queue_notify"], {"queues": [spec.queue]})
+        except psycopg.Error as exc:
+            _repair_failed(exc, job_id)
+    return job_id
 
 
 # -- many jobs -------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import psycopg
 
 from .._db.conn import application_name, brief, within
 from .._db.jobs import JobsDB
+from .._wake import MAX_WINDOW, parse_echo
 from ..retry import Backoff, Retries
 
 __all__ = ["FLOW_CHANGED", "Listener"]
@@ -53,6 +54,7 @@ class Listener:
         self.connected = asyncio.Event()
         self.reconnects = 0
         self.backend_pid: int | None = None
+        self.echoes = 0  # echo requests heard (a test signal)
 
     async def run(self) -> None:
         retries = Retries(Backoff(base=0.05, cap=self.max_backoff, jitter=False))
@@ -68,6 +70,9 @@ class Listener:
                 self.connected.set()
                 retries.reset()
                 self.on_wake()  # catch up on anything enqueued while we were not listening
+                # ... and once more when any producer's NOTIFY window opened before we
+                # listened has closed (pgqueue/_wake.py): its quiet jobs commit before that.
+                asyncio.get_running_loop().call_later(MAX_WINDOW, self.on_wake)
                 await self._listen(conn)
             except asyncio.CancelledError:
                 raise
@@ -96,6 +101,11 @@ class Listener:
                     self.on_wake()
                 elif notify.payload == FLOW_CHANGED and self.on_flow is not None:
                     self.on_flow()
+                elif (echo := parse_echo(notify.payload)) is not None and echo[0] in self.queues:
+                    # A fast producer skips its NOTIFYs for a while: wake again once that
+                    # window has closed, so whatever it committed meanwhile is claimed.
+                    self.echoes += 1
+                    asyncio.get_running_loop().call_later(echo[1], self.on_wake)
             # Quiet for a while: prove the connection lives. A socket whose peer vanished
             # without a FIN or RST (a partition, a stateful firewall forgetting it) would
             # block this forever, leaving a "connected" listener that hears nothing.

@@ -20,7 +20,8 @@ FROM job
 -- in one statement (no PL/pgSQL on the common path). Same rules as enqueue(): due now ->
 -- 'available' and NOTIFY with the queue name; run_at in the future -> 'scheduled'.
 -- scheduled_at = run_at: the time asked for, which retries leave alone. A deadline given
--- as expires_in counts from run_at.
+-- as expires_in counts from run_at. %(wake)s false skips the NOTIFY and %(echo)s adds an
+-- echo request (pgqueue/_wake.py: a fast producer notifies once per window).
 WITH job AS (
     SELECT coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)) AS run_at
 ), ins AS (
@@ -33,7 +34,10 @@ WITH job AS (
     FROM job
     RETURNING id, state, queue
 )
-SELECT id, CASE WHEN state = 'available' THEN pg_notify({channel}, queue) END FROM ins
+SELECT id,
+       CASE WHEN state = 'available' AND %(wake)s THEN pg_notify({channel}, queue) END,
+       CASE WHEN state = 'available' AND %(echo)s::text IS NOT NULL THEN pg_notify({channel}, %(echo)s) END
+FROM ins
 
 -- name: job_copy
 -- COPY target for enqueue_many: rows go straight into the live partition

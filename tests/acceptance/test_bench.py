@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from bench.__main__ import app
+from bench.workloads import notify as notify_workload
 
 CONTENDERS = "pgqueue,raw-sql-b100"
 NAMES = ("pgqueue", "raw-sql-b100")
@@ -290,3 +291,39 @@ def test_wal_fallback_warning() -> None:
     (warning,) = warnings_for([lost.format("0001"), lost.format("0002"), "pg_walinspect (this database)"])
     assert "in 2 run(s)" in warning
     assert "pg_wal/..." in warning
+
+
+@pytest.mark.skipif(notify_workload.pgbench() is None, reason="pgbench is not installed")
+def test_notify(dsn: str, tmp_path: Path) -> None:
+    out = tmp_path / "notify.json"
+    result = CliRunner().invoke(app, ["notify", "--quick", "--dsn", dsn, "--clients", "2", "--json", str(out)])
+    assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
+    data = json.loads(out.read_text())
+    assert data["workload"] == "notify"
+    assert set(data["medians"]) == {"every job notifies", "1 in 10 notifies", "none"}
+    for m in data["medians"].values():
+        positive(m, "jobs/s")
+    assert set(data["ratios"]) == {"every job notifies / none", "1 in 10 notifies / none"}
+
+
+def test_notify_statements_are_pgqueues_own_with_and_without_the_wake_up(dsn: str) -> None:
+    import psycopg
+
+    from pgqueue._db.sql import channel_name
+
+    notify, quiet = notify_workload.statements(dsn)
+    with psycopg.connect(dsn, autocommit=True) as listener, psycopg.connect(dsn, autocommit=True) as conn:
+        listener.execute(f'LISTEN "{channel_name("pgqueue")}"')
+        before = conn.execute("SELECT count(*) FROM pgqueue.jobs_live").fetchone()
+        conn.execute(quiet)
+        conn.execute(notify)
+        conn.execute("SELECT pg_notify(%s, 'marker')", [channel_name("pgqueue")])
+        heard = []
+        for n in listener.notifies(timeout=30):
+            if n.payload == "marker":
+                break
+            heard.append(n.payload)
+        after = conn.execute("SELECT count(*) FROM pgqueue.jobs_live").fetchone()
+    assert heard == ["default"]  # one wake-up: the notifying statement's
+    assert before is not None
+    assert after == (before[0] + 2,)

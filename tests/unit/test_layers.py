@@ -23,7 +23,7 @@ PACKAGE = REPO / "pgqueue"
 #: module is placed by its longest matching prefix (a package name covers its modules).
 LAYERS: list[set[str]] = [
     {"errors", "_version", "models", "config", "retry", "_duration", "_task_args", "unique"},
-    {"_dsn", "embedded", "logging_setup", "_enqueue", "cron.ticks"},
+    {"_dsn", "embedded", "logging_setup", "_enqueue", "_wake", "cron.ticks"},
     {"_db"},  # the SQL seam
     {"task", "cron.schedule", "metrics", "roles"},
     {"maintenance", "migrate", "cron.scheduler", "cron", "results", "workflow", "batch"},
