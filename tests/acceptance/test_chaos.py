@@ -33,6 +33,7 @@ def test_short_chaos_run_keeps_every_invariant(tmp_path: Path, capsys: pytest.Ca
         assert report.faults[handler_fault], f"no {handler_fault} ran\n{line}"
     assert report.committed > 100, line
     assert report.rolled_back > 10, line
+    assert report.wakes["quiet"], f"no job of a burst relied on the NOTIFY window's echo\n{line}"
     assert not report.unrun, f"completed jobs whose handler never finished a run {report.unrun[:20]}\n{line}"
     assert not report.lost, f"lost jobs {report.lost[:20]}\n{line}"
     assert not report.phantom, f"phantom jobs {report.phantom[:20]}\n{line}"

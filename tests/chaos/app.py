@@ -21,10 +21,13 @@ from typing import Any
 import psycopg
 
 import pgqueue
+from pgqueue._wake import MAX_WINDOW
 
 __all__ = ["MAX_ATTEMPTS", "app", "create_tables"]
 
-app = pgqueue.App()  # the worker's DSN comes from --dsn
+# The worker's DSN comes from --dsn. The producer's bursts use the largest NOTIFY window:
+# its quiet jobs rely on the workers' echoes (or polls), under every fault.
+app = pgqueue.App(notify_window=MAX_WINDOW)
 MAX_ATTEMPTS = 8
 FAIL_ATTEMPTS = 3
 RETRY = pgqueue.Backoff(base=0.2, cap=2.0)

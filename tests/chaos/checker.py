@@ -75,6 +75,7 @@ class Report:
     over_max: list[int] = field(default_factory=list)
     unrun: list[int] = field(default_factory=list)
     side_task_deaths: int = 0  # a worker stopped itself on an unexpected error (a bug)
+    wakes: Counter[str] = field(default_factory=Counter)  # the producer's NOTIFY window decisions
     seconds: float = 0.0
     #: With flow control in the run: whether the limits, rates and pause held.
     limits: LimitReport | None = None
@@ -109,6 +110,7 @@ class Report:
             f" unexplained) overlaps={ovl_total} ({self.overlaps_explained}/{len(self.overlaps_unexplained)})"
             f" tx_effects_wrong={len(self.tx_wrong)} attempts_over_max={len(self.over_max)}"
             f" completed_unrun={len(self.unrun)} worker_side_task_deaths={self.side_task_deaths}"
+            f" wakes=({' '.join(f'{k}={v}' for k, v in sorted(self.wakes.items()))})"
             f" in {self.seconds:.0f}s"
             + (f"; {self.limits.line()}" if self.limits is not None else "")
             + (f"; {self.workflows.line()}" if self.workflows is not None else "")

@@ -17,9 +17,10 @@ from typing import Any
 import psycopg
 
 from pgqueue import ops
+from pgqueue._wake import MAX_WINDOW, WakeThrottle
 from pgqueue.migrate import migrate
 
-from .app import create_tables
+from .app import app, create_tables
 from .checker import Report, check
 from .cluster import PrivateCluster
 from .faults import FaultController
@@ -71,6 +72,7 @@ def run_chaos(
     """
     seed = int(time.time()) if seed is None else seed
     started = time.monotonic()
+    app.wakes = WakeThrottle(MAX_WINDOW)  # this run's window decisions only
     cluster = PrivateCluster()
     pool: WorkerPool | None = None
     producer: Producer | None = None
@@ -133,6 +135,8 @@ def run_chaos(
             if flows is not None:
                 report.workflows = check_workflows(conn, flows)
         report.side_task_deaths = pool.log_text().count("worker side task")
+        report.wakes = Counter({w.value: n for w, n in app.wakes.planned.items()})
+        report.wakes["repair"] = app.wakes.repairs
         report.seconds = time.monotonic() - started
         if not report.ok:
             log(f"FAILED: {report.details()}")
