@@ -138,11 +138,12 @@ class Capacity:
 
     def observe_claim(self, free_before: Mapping[str, int], jobs: Iterable[Job], limit: int) -> None:
         """With slots per queue: note the queues whose claim took all their free slots
-        (more of them is probably waiting)."""
+        (more of them is probably waiting), and those it could not look at (no free slot:
+        a wake-up for them, such as a NOTIFY, was spent on the others)."""
         taken: dict[str, int] = {}
         for job in jobs:
             taken[job.queue] = taken.get(job.queue, 0) + 1
-        self.waiting = {q for q, n in free_before.items() if n > 0 and taken.get(q, 0) >= min(n, limit)}
+        self.waiting = {q for q, n in free_before.items() if n <= 0 or taken.get(q, 0) >= min(n, limit)}
 
     def refill(self) -> None:
         """A lease freed up: wake the fetcher if work is waiting and enough is free."""

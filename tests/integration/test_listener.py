@@ -133,3 +133,46 @@ async def test_reconnected_listener_delivers_notifications_again(
         job_id = ping.enqueue(conn)
         await async_wait_until(lambda: job_id in done, timeout=60)
         assert listener.reconnects >= 1
+
+
+async def test_a_notification_for_a_queue_whose_own_slots_are_full_runs_its_job_when_one_frees(
+    app: pgqueue.App, conn: psycopg.Connection[Any]
+) -> None:
+    # Queue "a" has one slot of its own. Its second job's notification comes while that
+    # slot is taken: the claim it wakes looks at "b" only. Freeing the slot must claim
+    # "a" again, since nothing else will before the (here: hour-long) poll.
+    gate = asyncio.Event()
+    started: list[int] = []
+
+    @app.task(name="held", pass_context=True)
+    async def held(ctx: pgqueue.JobContext) -> None:
+        started.append(ctx.job.id)
+        if len(started) == 1:
+            await gate.wait()
+
+    never = 3600
+    async with running_worker(
+        app,
+        queues=("a", "b"),
+        queue_concurrency={"a": 1},
+        poll_interval=never,
+        poll_interval_listening=never,
+        maintenance_interval=never,
+    ) as worker:
+        assert worker.listener is not None
+        await asyncio.wait_for(worker.listener.connected.wait(), 10)
+        # Past the catch-up claim at connection and its echo a second later (either would
+        # claim "a" too), so that only the slot's release can.
+        await idle(worker)
+        claims = worker.stats.claims
+        await async_wait_until(lambda: worker.stats.claims > claims, timeout=30)
+        await async_wait_until(lambda: worker.stats.fetcher_waiting and not worker.fetcher.wake_pending, timeout=30)
+        first = held.options(queue="a").enqueue(conn)
+        await async_wait_until(lambda: started == [first], timeout=30)
+        claims = worker.stats.claims
+        second = held.options(queue="a").enqueue(conn)
+        await async_wait_until(lambda: worker.stats.claims > claims, timeout=30)  # woken, "a" full
+        await async_wait_until(lambda: worker.stats.fetcher_waiting and not worker.fetcher.wake_pending, timeout=30)
+        assert started == [first]
+        gate.set()
+        await async_wait_until(lambda: second in started, timeout=30)
