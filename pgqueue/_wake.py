@@ -16,12 +16,16 @@ notify once per window instead, without ever leaving a job to the safety-net pol
   its commit (a repair), so the bound holds whatever the commit took.
 
 Only statements that are their own transaction take part (an autocommit connection with
-no transaction open): there pgqueue sees the commit happen. In a caller's transaction the
-commit comes later, at a time pgqueue cannot see, so every such enqueue notifies.
+no transaction open, not in a pipeline): there pgqueue sees the commit happen. In a
+caller's transaction the commit comes later, at a time pgqueue cannot see, so every such
+enqueue notifies.
 
-The window is per process and queue; producers do not coordinate. Jobs whose NOTIFY was
+The window is per App, database and queue; apps do not coordinate. Jobs whose NOTIFY was
 skipped are picked up at most ``window`` after they committed while workers idle, at once
-while workers are busy (they claim again as slots free).
+while workers are busy (they claim again as slots free). A listener that connects claims
+again ``MAX_WINDOW`` later, which covers a window opened before it listened. Left to the
+queue's next wake-up or the safety-net poll: a quiet job whose statement failed or was
+cancelled (the app cannot know whether it committed; it closes the window instead).
 """
 
 from __future__ import annotations
@@ -30,19 +34,31 @@ import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from enum import Enum
 
 from .errors import ConfigError
 
-__all__ = ["DEFAULT_WINDOW", "ECHO_PREFIX", "MAX_WINDOW", "Plan", "Wake", "WakeThrottle", "check_window", "parse_echo"]
+__all__ = [
+    "DEFAULT_WINDOW",
+    "ECHO_PREFIX",
+    "MAX_WINDOW",
+    "MIN_WINDOW",
+    "Plan",
+    "Wake",
+    "WakeThrottle",
+    "check_window",
+    "parse_echo",
+]
 
 #: Payloads that start with this ask for an echo; no queue name starts with it.
 ECHO_PREFIX = "~"
 #: The default window (seconds): App(notify_window=...). Off: every job notifies, and pickup
 #: latency never waits for a window.
 DEFAULT_WINDOW = 0.0
+#: The shortest window accepted (a shorter one could never cover a job's round trip).
+MIN_WINDOW = 0.001
 #: The longest window accepted (seconds): longer would make a skipped job wait visibly.
 MAX_WINDOW = 1.0
 
@@ -55,7 +71,7 @@ class Wake(Enum):
 
 @dataclass(slots=True)
 class Plan:
-    queue: str
+    key: tuple[Hashable, str]  # (database, queue)
     wake: Wake
     started: float
     #: For QUIET: the window's end, which the statement must have returned before.
@@ -72,8 +88,10 @@ def check_window(window: float) -> float:
     """``window`` in seconds, or :class:`ConfigError` naming the problem."""
     if isinstance(window, bool) or not isinstance(window, int | float) or not math.isfinite(window):
         raise ConfigError(f"notify_window must be a number of seconds, got {window!r}")
-    if not 0 <= window <= MAX_WINDOW:
-        raise ConfigError(f"notify_window must be between 0 and {MAX_WINDOW} seconds, got {window!r}")
+    if window != 0 and not MIN_WINDOW <= window <= MAX_WINDOW:
+        raise ConfigError(
+            f"notify_window must be 0 (off) or between {MIN_WINDOW} and {MAX_WINDOW} seconds, got {window!r}"
+        )
     return float(window)
 
 
@@ -87,7 +105,8 @@ def parse_echo(payload: str) -> tuple[str, float] | None:
     if not payload.startswith(ECHO_PREFIX):
         return None
     ms, _, queue = payload[len(ECHO_PREFIX) :].partition(" ")
-    if not ms.isdigit() or not queue or int(ms) > MAX_WINDOW * 1000:
+    # Anyone who may connect can NOTIFY on the channel: only ASCII digits, at most 4 of them.
+    if not (ms.isascii() and ms.isdigit() and len(ms) <= 4) or not queue or int(ms) > MAX_WINDOW * 1000:
         return None
     return queue, int(ms) / 1000
 
@@ -104,34 +123,42 @@ class WakeThrottle:
     """Per-process, per-queue window state; thread-safe (one App may serve many threads)."""
 
     def __init__(self, window: float) -> None:
-        self.window = check_window(window)
-        self._queues: dict[str, _QueueState] = {}
+        self._window = check_window(window)
+        self._queues: dict[tuple[Hashable, str], _QueueState] = {}
         self._lock = threading.Lock()
         #: Round trip of recent enqueue statements (seconds): a job skips the NOTIFY only if
         #: it should return with this margin to spare before the window closes.
         self.rtt = 0.0
         self.repairs = 0  # quiet jobs that needed a NOTIFY after their commit (a test signal)
+        self.unsure = 0  # quiet jobs whose statement failed: committed or not, no NOTIFY followed
         self.planned: Counter[Wake] = Counter()  # decisions made, by kind (a test signal)
         self.clock: Callable[[], float] = time.monotonic
 
-    def plan(self, queue: str) -> Plan:
+    @property
+    def window(self) -> float:
+        return self._window
+
+    def plan(self, database: Hashable, queue: str) -> Plan:
+        """The wake-up of a job of ``queue`` about to be enqueued into ``database`` (any key
+        that tells databases apart: a window covers only jobs its echo's listeners hear)."""
         now = self.clock()
-        window = self.window
+        window = self._window
+        key = (database, queue)
         with self._lock:
-            st = self._queues.get(queue)
+            st = self._queues.get(key)
             if st is None:
-                st = self._queues[queue] = _QueueState()
+                st = self._queues[key] = _QueueState()
             if now + 2 * self.rtt < st.window_end:
                 st.skipped = True
-                plan = Plan(queue, Wake.QUIET, now, st.window_end)
+                plan = Plan(key, Wake.QUIET, now, st.window_end)
             elif not st.echo_in_flight and (st.skipped or now - st.last_sent < window):
                 # A burst: this statement opens a window (the window that just closed
                 # covered jobs, or the last notification was moments ago).
                 st.echo_in_flight, st.skipped, st.last_sent = True, False, now
-                plan = Plan(queue, Wake.ECHO, now, echo=echo_payload(queue, window))
+                plan = Plan(key, Wake.ECHO, now, echo=echo_payload(queue, window))
             else:
                 st.last_sent = now
-                plan = Plan(queue, Wake.PLAIN, now)
+                plan = Plan(key, Wake.PLAIN, now)
             self.planned[plan.wake] += 1
             return plan
 
@@ -140,7 +167,7 @@ class WakeThrottle:
         skipped one and returned after its window closed)."""
         now = self.clock()
         with self._lock:
-            st = self._queues[plan.queue]
+            st = self._queues[plan.key]
             if ok:
                 took = max(now - plan.started, 0.0)
                 self.rtt = took if self.rtt == 0.0 else 0.8 * self.rtt + 0.2 * took
@@ -154,4 +181,11 @@ class WakeThrottle:
                 self.repairs += 1
                 st.last_sent = now
                 return True
+            elif plan.wake is Wake.QUIET and not ok:
+                # Failed, cancelled or lost: it may have committed all the same, and no
+                # NOTIFY can follow it now. Close the window so that the queue's next job
+                # notifies plainly (and wakes workers for this one too, if it came).
+                self.unsure += 1
+                st.window_end = st.last_sent = -math.inf
+                st.skipped = False
             return False

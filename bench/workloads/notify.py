@@ -50,7 +50,7 @@ def statements(dsn: str) -> tuple[str, str]:
     with psycopg.connect(dsn) as conn:
         cur = psycopg.ClientCursor(conn)
         text = [
-            cur.mogrify(_query("pgqueue", spec), params(spec, Plan(spec.queue, wake, 0.0)))
+            cur.mogrify(_query("pgqueue", spec), params(spec, Plan((None, spec.queue), wake, 0.0)))
             for wake in (Wake.PLAIN, Wake.QUIET)
         ]
     return text[0], text[1]

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
-from psycopg.pq import TransactionStatus
+from psycopg.pq import PipelineStatus, TransactionStatus
 
 from .._enqueue import node_json
 from .._wake import Plan, WakeThrottle
@@ -81,14 +81,19 @@ def _plan(conn: AnyConn, spec: JobSpec, wakes: WakeThrottle | None) -> Plan | No
         or spec.delay
         or not conn.autocommit
         or conn.info.transaction_status != TransactionStatus.IDLE
+        # In a pipeline a result comes before the Sync that commits it.
+        or conn.pgconn.pipeline_status != PipelineStatus.OFF
     ):
         return None
-    return wakes.plan(spec.queue)
+    info = conn.info
+    return wakes.plan((info.host, info.port, info.dbname), spec.queue)
 
 
-def _repair_failed(exc: psycopg.Error, job_id: int) -> None:
+def _repair_failed(wakes: WakeThrottle, plan: Plan, exc: BaseException, job_id: int) -> None:
     # The job is committed: failing the call now would invite a duplicate. Workers find it
-    # by their safety-net poll.
+    # by the queue's next wake-up (the window is closed: the next job notifies) or by
+    # their safety-net poll.
+    wakes.settle(plan, ok=False)
     log.warning("job %s enqueued, but its wake-up could not be sent (%s); workers will find it by polling", job_id, exc)
 
 
@@ -109,7 +114,10 @@ def enqueue_one(conn: psycopg.Connection[Any], schema: str, spec: JobSpec, wakes
         try:
             conn.execute(queries_for(schema)["queue_notify"], {"queues": [spec.queue]})
         except psycopg.Error as exc:
-            _repair_failed(exc, job_id)
+            _repair_failed(wakes, plan, exc, job_id)
+        except BaseException as exc:
+            _repair_failed(wakes, plan, exc, job_id)
+            raise
     return job_id
 
 
@@ -133,7 +141,10 @@ async def enqueue_one_async(
         try:
             await conn.execute(queries_for(schema)["queue_notify"], {"queues": [spec.queue]})
         except psycopg.Error as exc:
-            _repair_failed(exc, job_id)
+            _repair_failed(wakes, plan, exc, job_id)
+        except BaseException as exc:
+            _repair_failed(wakes, plan, exc, job_id)
+            raise
     return job_id
 
 

@@ -26,6 +26,10 @@ __all__ = ["FLOW_CHANGED", "Listener"]
 #: starts with '*').
 FLOW_CHANGED = "*flow"
 
+#: Added to an echo's delay: the producer's and this process's clocks may run at slightly
+#: different rates, and the delay is whole milliseconds.
+ECHO_MARGIN = 0.002
+
 T = TypeVar("T")
 
 log = logging.getLogger("pgqueue.listener")
@@ -105,7 +109,7 @@ class Listener:
                     # A fast producer skips its NOTIFYs for a while: wake again once that
                     # window has closed, so whatever it committed meanwhile is claimed.
                     self.echoes += 1
-                    asyncio.get_running_loop().call_later(echo[1], self.on_wake)
+                    asyncio.get_running_loop().call_later(echo[1] + ECHO_MARGIN, self.on_wake)
             # Quiet for a while: prove the connection lives. A socket whose peer vanished
             # without a FIN or RST (a partition, a stateful firewall forgetting it) would
             # block this forever, leaving a "connected" listener that hears nothing.
