@@ -3,7 +3,7 @@
 Every workload prints a rich table of medians and ratios and can write ``--json`` (with
 the environment: PostgreSQL version and settings, CPUs, fsync latency) and ``--plot``.
 
-Why this module is about 600 lines: it is the command line of every workload, one thin
+Why this module is about 620 lines: it is the command line of every workload, one thin
 typer command each with its documented options; the workloads themselves live in
 ``bench/workloads``.
 """

@@ -57,18 +57,19 @@ class Contender:
 # -- pgqueue -----------------------------------------------------------------------------
 
 
-_PGQ_APP: Any = None
+_PGQ_APPS: dict[float, Any] = {}
 
 
-def _pgqueue_app() -> Any:
-    """The bench app with its no-op task, built once per process: enqueueing needs no DSN,
-    and building it per call would bill pgqueue for set-up a real producer does once."""
-    global _PGQ_APP
-    if _PGQ_APP is None:
+def _pgqueue_app(notify_window: float = 0.0) -> Any:
+    """The bench app with its no-op task, built once per process (and NOTIFY window):
+    enqueueing needs no DSN, and building it per call would bill pgqueue for set-up a real
+    producer does once."""
+    app = _PGQ_APPS.get(notify_window)
+    if app is None:
         from bench.workers.pgqueue_worker import build_app
 
-        _PGQ_APP = build_app("postgresql://unused")
-    return _PGQ_APP
+        app = _PGQ_APPS[notify_window] = build_app("postgresql://unused", notify_window=notify_window)
+    return app
 
 
 def _pgqueue_setup(dsn: str) -> None:
@@ -146,15 +147,9 @@ PGQUEUE_UVLOOP = dataclasses.replace(
 # enqueueing faster than that notifies about once per window (`bench enqueue --contenders
 # pgqueue,pgqueue-window`; `bench notify` shows what that buys the database itself).
 def _window_enqueue_one(conn: Conn, key: str, sent_at: float) -> None:
-    global _PGQ_WINDOW_APP
-    if _PGQ_WINDOW_APP is None:
-        from bench.workers.pgqueue_worker import build_app
-
-        _PGQ_WINDOW_APP = build_app("postgresql://unused", notify_window=0.01)
-    _PGQ_WINDOW_APP.tasks["bench.noop"].enqueue(conn, k=key, t=sent_at)
+    _pgqueue_app(notify_window=0.01).tasks["bench.noop"].enqueue(conn, k=key, t=sent_at)
 
 
-_PGQ_WINDOW_APP: Any = None
 PGQUEUE_WINDOW = dataclasses.replace(PGQUEUE, name="pgqueue-window", enqueue_one=_window_enqueue_one, variant=True)
 
 # pgqueue whose handler returns a small dict, stored as each job's result: what results

@@ -4,7 +4,8 @@ A transaction that sends a NOTIFY takes a database-wide lock at commit and holds
 its commit record is flushed, so notifying commits run one at a time, each paying its own
 fsync: with 8 producers on one database, a NOTIFY in every enqueue halves what they can
 commit. This module lets a producer that enqueues faster than one job per ``window``
-notify once per window instead, without ever leaving a job to the safety-net poll:
+notify once per window instead, without leaving a job it saw commit to the safety-net
+poll:
 
 * the first job of a quiet queue notifies as always (``PLAIN``);
 * a job that comes within ``window`` of the last notification opens a window: its
@@ -45,6 +46,7 @@ __all__ = [
     "ECHO_PREFIX",
     "MAX_WINDOW",
     "MIN_WINDOW",
+    "NO_WINDOW",
     "Plan",
     "Wake",
     "WakeThrottle",
@@ -120,7 +122,8 @@ class _QueueState:
 
 
 class WakeThrottle:
-    """Per-process, per-queue window state; thread-safe (one App may serve many threads)."""
+    """Window state per database and queue, for one App; thread-safe (one App may serve
+    many threads)."""
 
     def __init__(self, window: float) -> None:
         self._window = check_window(window)
@@ -162,9 +165,12 @@ class WakeThrottle:
             self.planned[plan.wake] += 1
             return plan
 
-    def settle(self, plan: Plan, ok: bool) -> bool:
+    def settle(self, plan: Plan | None, ok: bool) -> bool:
         """Record how ``plan``'s statement ended; True if the job needs a NOTIFY now (it
-        skipped one and returned after its window closed)."""
+        skipped one and returned after its window closed). No plan (the job notified
+        unthrottled): nothing to record."""
+        if plan is None:
+            return False
         now = self.clock()
         with self._lock:
             st = self._queues[plan.key]
@@ -189,3 +195,7 @@ class WakeThrottle:
                 st.window_end = st.last_sent = -math.inf
                 st.skipped = False
             return False
+
+
+#: No window: every job notifies (enqueue without an App's throttle).
+NO_WINDOW = WakeThrottle(0.0)

@@ -2,7 +2,7 @@
 
 :class:`App` and :class:`Task` live together: ``@app.task`` makes a Task, and a Task's
 ``app`` is its App (the enqueue API goes through both). That is why this module is
-about 610 lines: the whole declaration API (tasks, schedules, enqueue, results, workflows, batches), where
+about 620 lines: the whole declaration API (tasks, schedules, enqueue, results, workflows, batches), where
 users read it. What the worker needs
 of a task is :class:`pgqueue.task.TaskDef`, which the runtime uses instead.
 """

@@ -18,7 +18,7 @@ import psycopg
 from psycopg.pq import PipelineStatus, TransactionStatus
 
 from .._enqueue import node_json
-from .._wake import Plan, WakeThrottle
+from .._wake import NO_WINDOW, Plan, WakeThrottle
 from ..errors import InvalidArgumentsError, PgQueueError
 from ..models import JobSpec
 from .conn import AnyConn, expect_row
@@ -70,12 +70,11 @@ def _dependent_nodes(specs: list[JobSpec]) -> str:
     )
 
 
-def _plan(conn: AnyConn, spec: JobSpec, wakes: WakeThrottle | None) -> Plan | None:
+def _plan(conn: AnyConn, spec: JobSpec, wakes: WakeThrottle) -> Plan | None:
     """The throttle's decision for a job due now whose statement is its own transaction
     (there the commit is seen to happen); None (always notify) for every other job."""
     if (
-        wakes is None
-        or not wakes.window
+        not wakes.window
         or spec.unique_key is not None
         or spec.run_at is not None
         or spec.delay
@@ -89,7 +88,7 @@ def _plan(conn: AnyConn, spec: JobSpec, wakes: WakeThrottle | None) -> Plan | No
     return wakes.plan((info.host, info.port, info.dbname), spec.queue)
 
 
-def _repair_failed(wakes: WakeThrottle, plan: Plan, exc: BaseException, job_id: int) -> None:
+def _repair_failed(wakes: WakeThrottle, plan: Plan | None, exc: BaseException, job_id: int) -> None:
     # The job is committed: failing the call now would invite a duplicate. Workers find it
     # by the queue's next wake-up (the window is closed: the next job notifies) or by
     # their safety-net poll.
@@ -97,32 +96,30 @@ def _repair_failed(wakes: WakeThrottle, plan: Plan, exc: BaseException, job_id: 
     log.warning("job %s enqueued, but its wake-up could not be sent (%s); workers will find it by polling", job_id, exc)
 
 
-def enqueue_one(conn: psycopg.Connection[Any], schema: str, spec: JobSpec, wakes: WakeThrottle | None = None) -> int:
+def enqueue_one(conn: psycopg.Connection[Any], schema: str, spec: JobSpec, wakes: WakeThrottle = NO_WINDOW) -> int:
     if spec.depends_on:
         return enqueue_graph(conn, schema, _dependent_nodes([spec]))[0]
     plan = _plan(conn, spec, wakes)
     try:
         row = conn.execute(_query(schema, spec), params(spec, plan)).fetchone()
     except BaseException as exc:
-        if wakes is not None and plan is not None:
-            wakes.settle(plan, ok=False)
+        wakes.settle(plan, ok=False)
         if isinstance(exc, psycopg.Error):
             raise enqueue_error(exc, conn, schema) from exc
         raise
     job_id = int(expect_row(row, "job_insert")[0])
-    if wakes is not None and plan is not None and wakes.settle(plan, ok=True):
+    if wakes.settle(plan, ok=True):
         try:
             conn.execute(queries_for(schema)["queue_notify"], {"queues": [spec.queue]})
-        except psycopg.Error as exc:
-            _repair_failed(wakes, plan, exc, job_id)
         except BaseException as exc:
             _repair_failed(wakes, plan, exc, job_id)
-            raise
+            if not isinstance(exc, psycopg.Error):
+                raise
     return job_id
 
 
 async def enqueue_one_async(
-    conn: psycopg.AsyncConnection[Any], schema: str, spec: JobSpec, wakes: WakeThrottle | None = None
+    conn: psycopg.AsyncConnection[Any], schema: str, spec: JobSpec, wakes: WakeThrottle = NO_WINDOW
 ) -> int:
     if spec.depends_on:
         return (await enqueue_graph_async(conn, schema, _dependent_nodes([spec])))[0]
@@ -131,20 +128,18 @@ async def enqueue_one_async(
         cur = await conn.execute(_query(schema, spec), params(spec, plan))
         row = await cur.fetchone()
     except BaseException as exc:
-        if wakes is not None and plan is not None:
-            wakes.settle(plan, ok=False)
+        wakes.settle(plan, ok=False)
         if isinstance(exc, psycopg.Error):
             raise enqueue_error(exc, conn, schema) from exc
         raise
     job_id = int(expect_row(row, "job_insert")[0])
-    if wakes is not None and plan is not None and wakes.settle(plan, ok=True):
+    if wakes.settle(plan, ok=True):
         try:
             await conn.execute(queries_for(schema)["queue_notify"], {"queues": [spec.queue]})
-        except psycopg.Error as exc:
-            _repair_failed(wakes, plan, exc, job_id)
         except BaseException as exc:
             _repair_failed(wakes, plan, exc, job_id)
-            raise
+            if not isinstance(exc, psycopg.Error):
+                raise
     return job_id
 
 
