@@ -8,13 +8,13 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
 from .config import validate_queue
 from .errors import ConfigError, InvalidArgumentsError, PayloadTooLargeError
-from .models import RUN_AT_MAX, RUN_AT_MIN, JobSpec
+from .models import RUN_AT_MAX, RUN_AT_MIN, JobSpec, new_spec
 from .unique import Unique
 
 __all__ = [
@@ -90,13 +90,37 @@ def _find_bad_argument(args: Mapping[str, Any]) -> str:
 _ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
 
 
+def _make_encode() -> Callable[[Any], str]:
+    """``_ENCODER.encode``, without the C encoder it builds on every call (1.7 us of a
+    2.2 us encode of ``{}``, measured): the C encoder is built once, with no memo of
+    containers, so a cyclic argument ends in RecursionError, which encode_args reports like
+    any other bad argument. Where the C encoder is missing, ``_ENCODER.encode`` itself."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # pragma: no cover - CPython always has it
+        return _ENCODER.encode
+    e = _ENCODER
+    chunks = make(
+        None, e.default, json.encoder.encode_basestring, e.indent, e.key_separator, e.item_separator,
+        e.sort_keys, e.skipkeys, e.allow_nan,
+    )  # fmt: skip
+    join = "".join
+
+    def encode(value: Any) -> str:
+        return join(chunks(value, 0))
+
+    return encode
+
+
+_encode = _make_encode()
+
+
 def encode_args(task: str, args: Mapping[str, Any], max_bytes: int) -> str:
     """Encode job arguments as JSON text, or raise an error naming the bad argument."""
     for key in args:
         if not isinstance(key, str):
             raise InvalidArgumentsError(f"task {task!r}: argument names must be strings, got {key!r}")
     try:
-        text = _ENCODER.encode(args)
+        text = _encode(args)
         # A character is at most 4 bytes of UTF-8: only a long text needs counting (the
         # encoding also refuses lone surrogates, which PostgreSQL cannot store).
         size = len(text) if text.isascii() else len(text.encode("utf-8"))
@@ -287,23 +311,15 @@ def make_spec(
         unique_key = unique.key_for(task, args, defaults)
     if depends_on and unique_key is not None:
         raise ConfigError(f"task {task!r}: a job with dependencies cannot have a unique_key or unique rules")
-    return JobSpec(
-        task=task,
-        args_json=args_json,
-        queue=queue,
-        priority=priority,
-        run_at=run_at,
-        delay=delay_seconds,
-        unique_key=unique_key,
-        max_attempts=max_attempts,
-        concurrency_key=concurrency_key,
-        expires_at=deadline,
-        expires_in=expires_seconds,
-        unique_period=None if unique is None else unique.period,
-        unique_states=None if unique is None else unique.states,
-        unique_mode=None if unique is None else unique.mode,
-        depends_on=depends_on,
-    )
+    if unique is None:
+        return new_spec(
+            task, args_json, queue, priority, run_at, delay_seconds, unique_key, max_attempts,
+            concurrency_key, deadline, expires_seconds, None, None, None, depends_on,
+        )  # fmt: skip
+    return new_spec(
+        task, args_json, queue, priority, run_at, delay_seconds, unique_key, max_attempts,
+        concurrency_key, deadline, expires_seconds, unique.period, unique.states, unique.mode, depends_on,
+    )  # fmt: skip
 
 
 def node_json(spec: JobSpec, deps: Iterable[tuple[str, int, str]], has_children: bool) -> str:

@@ -191,6 +191,56 @@ class JobSpec:
         return self.unique_mode is not None
 
 
+# The frozen dataclass's __init__ sets each of JobSpec's 15 fields with a generic
+# object.__setattr__ call: 4.3 us per job (3.3 us positionally), as much as the rest of a
+# bulk enqueue's Python work per job. new_spec() fills the same slots through their own
+# descriptors (1.7 us). tests/unit/test_job_spec.py holds it to JobSpec(...) field by field.
+_new = object.__new__
+(
+    _set_task, _set_args_json, _set_queue, _set_priority, _set_run_at, _set_delay, _set_unique_key,
+    _set_max_attempts, _set_concurrency_key, _set_expires_at, _set_expires_in, _set_unique_period,
+    _set_unique_states, _set_unique_mode, _set_depends_on,
+) = (getattr(JobSpec, name).__set__ for name in JobSpec.__slots__)  # fmt: skip
+
+
+def new_spec(
+    task: str,
+    args_json: str,
+    queue: str,
+    priority: int,
+    run_at: datetime | None,
+    delay: float | None,
+    unique_key: str | None,
+    max_attempts: int | None,
+    concurrency_key: str | None,
+    expires_at: datetime | None,
+    expires_in: float | None,
+    unique_period: float | None,
+    unique_states: tuple[str, ...] | None,
+    unique_mode: str | None,
+    depends_on: tuple[tuple[int, str], ...],
+) -> JobSpec:
+    """``JobSpec(...)`` with every field given, without the frozen dataclass's per-field
+    ``object.__setattr__`` (internal: make_spec() builds every job through it)."""
+    spec: JobSpec = _new(JobSpec)
+    _set_task(spec, task)
+    _set_args_json(spec, args_json)
+    _set_queue(spec, queue)
+    _set_priority(spec, priority)
+    _set_run_at(spec, run_at)
+    _set_delay(spec, delay)
+    _set_unique_key(spec, unique_key)
+    _set_max_attempts(spec, max_attempts)
+    _set_concurrency_key(spec, concurrency_key)
+    _set_expires_at(spec, expires_at)
+    _set_expires_in(spec, expires_in)
+    _set_unique_period(spec, unique_period)
+    _set_unique_states(spec, unique_states)
+    _set_unique_mode(spec, unique_mode)
+    _set_depends_on(spec, depends_on)
+    return spec
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """What an attempt ended in, ready to be written (internal: the worker's record).

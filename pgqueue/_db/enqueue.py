@@ -195,12 +195,16 @@ class _Batch:
                 self.keyed_rows.append(self.count)
                 continue
             run_at = spec.run_at
-            if run_at is None:
-                run_at = self.now + timedelta(seconds=spec.delay or 0.0)
-            due = run_at <= self.now
-            if due:
+            if run_at is None and not spec.delay:  # due now: most jobs of a batch
+                run_at, state = self.now, "available"
                 self.wake.add(spec.queue)
-            state = "available" if due else "scheduled"
+            else:
+                if run_at is None:
+                    run_at = self.now + timedelta(seconds=spec.delay or 0.0)
+                due = run_at <= self.now
+                if due:
+                    self.wake.add(spec.queue)
+                state = "available" if due else "scheduled"
             at = self._timestamp(run_at)
             expires_at = spec.expires_at
             if spec.expires_in is not None:
