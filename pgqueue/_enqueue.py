@@ -326,14 +326,10 @@ def make_spec(
         unique_key = unique.key_for(task, args, defaults)
     if depends_on and unique_key is not None:
         raise ConfigError(f"task {task!r}: a job with dependencies cannot have a unique_key or unique rules")
-    if unique is None:
-        return new_spec(
-            task, args_json, queue, priority, run_at, delay_seconds, unique_key, max_attempts,
-            concurrency_key, deadline, expires_seconds, None, None, None, depends_on,
-        )  # fmt: skip
+    period, states, mode = (None, None, None) if unique is None else (unique.period, unique.states, unique.mode)
     return new_spec(
         task, args_json, queue, priority, run_at, delay_seconds, unique_key, max_attempts,
-        concurrency_key, deadline, expires_seconds, unique.period, unique.states, unique.mode, depends_on,
+        concurrency_key, deadline, expires_seconds, period, states, mode, depends_on,
     )  # fmt: skip
 
 

@@ -195,16 +195,13 @@ class _Batch:
                 self.keyed_rows.append(self.count)
                 continue
             run_at = spec.run_at
-            if run_at is None and not spec.delay:  # due now: most jobs of a batch
-                run_at, state = self.now, "available"
+            if run_at is None:  # most jobs of a batch are due now: no date arithmetic for them
+                run_at = self.now + timedelta(seconds=spec.delay) if spec.delay else self.now
+            if run_at <= self.now:
+                state = "available"
                 self.wake.add(spec.queue)
             else:
-                if run_at is None:
-                    run_at = self.now + timedelta(seconds=spec.delay or 0.0)
-                due = run_at <= self.now
-                if due:
-                    self.wake.add(spec.queue)
-                state = "available" if due else "scheduled"
+                state = "scheduled"
             at = self._timestamp(run_at)
             expires_at = spec.expires_at
             if spec.expires_in is not None:

@@ -124,40 +124,30 @@ def test_a_cycle_is_refused_at_once_even_with_a_raised_recursion_limit() -> None
 
 @pytest.mark.parametrize("with_unique", [False, True])
 def test_make_spec_puts_every_option_in_its_field(with_unique: bool) -> None:
-    run_at = datetime(2030, 1, 2, tzinfo=UTC)
     unique = Unique(period=60, states=["available", "scheduled"], mode="replace") if with_unique else None
+    # Options that make_spec() passes through unchanged, each with a value of its own.
+    same: dict[str, Any] = {
+        "queue": "q1",
+        "priority": 7,
+        "run_at": datetime(2030, 1, 2, tzinfo=UTC),
+        "delay": None,
+        "unique_key": "uk",
+        "max_attempts": 9,
+        "concurrency_key": "ck",
+        "expires_at": None,
+        "depends_on": (),
+    }
     spec = _enqueue.make_spec(
-        "t.task",
-        {"a": 1},
-        queue="q1",
-        priority=7,
-        run_at=run_at,
-        delay=None,
-        unique_key="uk",
-        max_attempts=9,
-        max_bytes=1 << 20,
-        concurrency_key="ck",
-        expires_at=None,
-        expires_in=timedelta(seconds=2.5),
-        unique=unique,
-        depends_on=(),
+        "t.task", {"a": 1}, max_bytes=1 << 20, expires_in=timedelta(seconds=2.5), unique=unique, **same
     )
     expected = JobSpec(
         task="t.task",
         args_json='{"a":1}',
-        queue="q1",
-        priority=7,
-        run_at=run_at,
-        delay=None,
-        unique_key="uk",
-        max_attempts=9,
-        concurrency_key="ck",
-        expires_at=None,
         expires_in=2.5,
         unique_period=60.0 if unique else None,
         unique_states=("available", "scheduled") if unique else None,
         unique_mode="replace" if unique else None,
-        depends_on=(),
+        **same,
     )
     assert spec == expected
     delayed = _enqueue.make_spec(
