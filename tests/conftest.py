@@ -224,6 +224,17 @@ def task_and_thread_stacks() -> str:
     out = io.StringIO()
     for t in asyncio.all_tasks():
         t.print_stack(file=out)
+        # A suspended coroutine's stack is one frame: follow what it awaits, down to the
+        # future it waits on, to show where it hangs.
+        awaited: Any = t.get_coro()
+        chain = []
+        while awaited is not None:
+            frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "ag_frame", None)
+            if frame is not None:
+                chain.append(f"    {frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}")
+            awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "ag_await", None)
+        if len(chain) > 1:
+            out.write("  awaiting:\n" + "\n".join(chain) + "\n")
     names = {th.ident: th.name for th in threading.enumerate()}
     for ident, frame in sys._current_frames().items():
         out.write(f"Thread {names.get(ident, ident)}:\n{''.join(traceback.format_stack(frame))}")

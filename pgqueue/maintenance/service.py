@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import contextlib
 import logging
 import random
 from collections.abc import Awaitable, Callable, Iterable
@@ -28,6 +27,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar, Generic, TypeVar
 
 from .._db.conn import TRANSIENT, AConn, brief
+from .._tasks import cancel_and_wait
 from ..retry import Backoff, Retries
 
 __all__ = ["Connect", "Maintainer", "PeriodicService"]
@@ -137,9 +137,7 @@ class PeriodicService(abc.ABC, Generic[R]):
         task, self._task = self._task, None
         if task is None:
             return
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
+        await cancel_and_wait([task])
 
 
 class Maintainer:

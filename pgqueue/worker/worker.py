@@ -40,6 +40,7 @@ from typing import Any, Protocol
 from .._db.conn import TRANSIENT, brief, within
 from .._db.jobs import JobsDB
 from .._dsn import Database
+from .._tasks import cancel_and_wait
 from ..config import DEFAULT_QUEUE, WorkerConfig
 from ..cron.schedule import Schedule
 from ..cron.scheduler import CronScheduler, CronService
@@ -336,9 +337,7 @@ class Worker:
         if self.metrics is not None:
             await asyncio.to_thread(self.metrics.close)
         await self.maintainer.stop()
-        for t in self._side_tasks:
-            t.cancel()
-        await asyncio.gather(*self._side_tasks, return_exceptions=True)
+        await cancel_and_wait(self._side_tasks)
         self.executor.runner.close()
         await self.connections.close()
 

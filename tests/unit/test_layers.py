@@ -22,7 +22,7 @@ PACKAGE = REPO / "pgqueue"
 #: Bottom up. A module may import modules of its own layer or below, never above; a
 #: module is placed by its longest matching prefix (a package name covers its modules).
 LAYERS: list[set[str]] = [
-    {"errors", "_version", "models", "config", "retry", "_duration", "_task_args", "unique"},
+    {"errors", "_version", "models", "config", "retry", "_duration", "_task_args", "unique", "_tasks"},
     {"_dsn", "embedded", "logging_setup", "_enqueue", "_wake", "cron.ticks"},
     {"_db"},  # the SQL seam
     {"task", "cron.schedule", "metrics", "roles"},

@@ -167,3 +167,31 @@ async def test_stop_during_a_query_that_reports_query_canceled_ends_the_loop() -
     finally:
         service.let_cancel_through = True
         await service.stop()
+
+
+async def test_stop_ends_a_service_whose_round_swallowed_the_cancellation() -> None:
+    # On Python 3.11, asyncio.wait_for (psycopg_pool's wait for a connection) swallows a
+    # cancellation that arrives as its awaitable finishes; the round then goes on, and a
+    # single cancel() would leave the loop running for ever.
+    swallowed = asyncio.Event()
+
+    class Swallowing(Counting):
+        async def run_once(self) -> int:
+            if not swallowed.is_set():
+                try:
+                    await asyncio.Event().wait()
+                except asyncio.CancelledError:
+                    swallowed.set()  # ... and carry on, as the race does
+            return 1
+
+    async def tick(seconds: float) -> None:
+        await asyncio.sleep(0)
+
+    service = Swallowing([], interval=1.0, sleep=tick)
+    task = service.start()
+    await asyncio.sleep(0.01)
+    stopping = asyncio.create_task(service.stop())
+    done, _ = await asyncio.wait({stopping}, timeout=30)  # no cancellation of its own on timeout
+    assert swallowed.is_set()
+    assert task.done()
+    assert stopping in done
