@@ -112,7 +112,7 @@ class Completer:
             while self._pending:
                 batch = self._pending[: self.batch_size]
                 try:
-                    async with self.connections.connection() as conn:
+                    async with self.connections.hot() as conn:
                         written = await within(
                             self.timeout,
                             self.db.record_outcomes(conn, [(j.id, j.lease_token, o) for j, o in batch]),

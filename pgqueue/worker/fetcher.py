@@ -160,7 +160,7 @@ class Fetcher:
         failed (after waiting out the backoff) or a stop came first."""
         batch: Batch = []
         try:
-            async with self.connections.connection() as conn:
+            async with self.connections.hot() as conn:
                 if self.stopping.is_set():
                     return None  # stop() came while we waited for a connection
                 began = time.monotonic()
@@ -173,7 +173,10 @@ class Fetcher:
                 batch = self.completer.take()
                 outcomes = [(j.id, j.lease_token, o) for j, o in batch]
                 if self.flow.limited:
-                    jobs, written = await self._claim_limited(conn, limit, outcomes)
+                    # On PostgreSQL's own planner settings, which claim_pick() was tuned
+                    # for, not on the hot connection's.
+                    async with self.connections.connection() as plain:
+                        jobs, written = await self._claim_limited(plain, limit, outcomes)
                 else:
                     jobs, written = await self._claim_plain(conn, limit, outcomes, began)
         except _CLAIM_RETRIED as exc:

@@ -124,7 +124,7 @@ class Leases:
         held = dict(self.held)
         in_flight, listening = status()
         try:
-            async with self.connections.connection() as conn:
+            async with self.connections.hot() as conn:
                 still = await within(
                     cfg.lease,
                     self.registry.beat(conn, held, cfg.lease, in_flight=in_flight, listener_connected=listening),

@@ -134,6 +134,7 @@ class Worker:
             name=self.worker_id,
             handler_connections=slots if transactional_async else 0,
             sync_connections=slots,
+            session_plans=self.db.use_session_plans,
         )
         self.report = Report(self.stats, log_args=lambda task: tasks[task].log_args)
         self.cursors = ClaimCursors(cfg.claim_cursor_threshold)

@@ -70,6 +70,14 @@ SELECT pg_notify({channel}, q) FROM unnest(%(queues)s::text[]) AS q
 -- the connection is affected.
 SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true)
 
+-- name: worker_session_plans
+-- The settings of worker_plans for a whole session: set once on each connection that
+-- only the worker's own hot statements use (claims, outcomes, heartbeats; never a
+-- handler's or an operator's statement). Those statements then need neither
+-- worker_plans nor, alone, a pipeline: a claim with no outcome riding along is one
+-- plain statement, one round trip, as cheap for the client as a query can be.
+SELECT set_config('plan_cache_mode', 'force_generic_plan', false), set_config('enable_seqscan', 'off', false)
+
 -- fragment: claim_picked
 -- The claim itself, shared by every claim below: each row of the CTE "picked" (id,
 -- started_at) becomes running under a fresh lease from started_at, its attempt counted; a

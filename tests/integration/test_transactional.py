@@ -224,3 +224,34 @@ async def test_timed_out_sync_transactional_attempt_never_commits_late(
     row = job_row(tables, job_id)
     assert row["attempt"] == 2
     assert [e["type"] for e in row["errors"]] == ["builtins.TimeoutError"]
+
+
+async def test_handlers_run_on_the_servers_planner_settings_not_the_workers(
+    app: pgqueue.App, tables: psycopg.Connection[Any]
+) -> None:
+    # The worker's own claims and outcomes run on generic plans without sequential scans
+    # (set for the whole session of its hot connections); a handler's transaction must
+    # never inherit that.
+    seen: list[tuple[str, str]] = []
+    setting = "SELECT current_setting('plan_cache_mode'), current_setting('enable_seqscan')"
+
+    @app.task(name="tx_settings", transactional=True)
+    async def tx_settings(ctx: pgqueue.JobContext) -> None:
+        row = await (await ctx.conn.execute(setting)).fetchone()
+        seen.append(row)
+
+    @app.task(name="tx_settings_sync", transactional=True)
+    def tx_settings_sync(ctx: pgqueue.JobContext) -> None:
+        seen.append(ctx.conn.execute(setting).fetchone())
+
+    defaults = tables.execute(setting).fetchone()
+    for _ in range(3):
+        tx_settings.enqueue(tables)
+        tx_settings_sync.enqueue(tables)
+    async with running_worker(app) as worker:
+        await async_wait_until(lambda: worker.stats.completed == 6, timeout=10)
+        async with worker.connections.hot() as hot:
+            assert await (await hot.execute(setting)).fetchone() == ("force_generic_plan", "off")
+        async with worker.connections.connection() as plain:
+            assert await (await plain.execute(setting)).fetchone() == defaults
+    assert seen == [defaults] * 6

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -59,7 +60,12 @@ def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
     return nodes
 
 
-async def test_claims_run_on_a_generic_plan_and_leave_the_connection_as_it_was(conn: Conn, aconn: AConn) -> None:
+@pytest.mark.parametrize("session", [False, True], ids=["per transaction", "for the session"])
+async def test_claims_run_on_a_generic_plan_and_leave_the_connection_as_it_was(
+    conn: Conn, aconn: AConn, session: bool
+) -> None:
+    if session:
+        await DB.use_session_plans(aconn)
     add(conn, "q", 40)
     claimed = 0
     for _ in range(20):
@@ -74,7 +80,7 @@ async def test_claims_run_on_a_generic_plan_and_leave_the_connection_as_it_was(c
     assert sum(g for g, _ in plans) > 0, plans
     assert sum(c for _, c in plans) == 0, plans
     cur = await aconn.execute("SELECT current_setting('plan_cache_mode')")
-    assert await cur.fetchone() == ("auto",)
+    assert await cur.fetchone() == ("force_generic_plan" if session else "auto",)
 
 
 @pytest.mark.parametrize("queues", [["q"], ["q", "r"]], ids=["one queue", "many queues"])
@@ -149,3 +155,40 @@ async def test_the_outcome_plan_made_on_an_empty_table_finds_rows_by_primary_key
     assert ("Seq Scan", None) not in scans, scans
     assert ("Index Scan", "jobs_live_pkey") in scans, scans
     assert await DB.record_outcomes(aconn, [(j.id, j.lease_token, COMPLETED) for j in jobs]) == {j.id for j in jobs}
+
+
+async def test_a_session_on_the_worker_plans_claims_and_records_with_or_without_outcomes(
+    conn: Conn, aconn: AConn
+) -> None:
+    # A hot connection claims alone (one plain statement), claims with outcomes riding along
+    # (a pipeline without worker_plans), and records outcomes alone: each on generic plans
+    # that reach rows by index, each fenced by lease as on any other connection.
+    await DB.use_session_plans(aconn)
+    conn.execute("ANALYZE pgqueue.jobs_live")
+    for _ in range(8):  # prepared at the 6th run, on an empty table
+        assert await DB.record_outcomes(aconn, []) == set()
+        assert await DB.claim(aconn, queues=["q"], task_limits=TASKS, limit=2, lease=30.0, worker_id="w") == ([], set())
+    add(conn, "q", 5_000)
+    first, written = await DB.claim(aconn, queues=["q"], task_limits=TASKS, limit=2, lease=30.0, worker_id="w")
+    assert len(first) == 2
+    assert written == set()
+    stale = (first[1].id, uuid.uuid4(), COMPLETED)  # a lease this worker does not hold
+    outcomes = [(first[0].id, first[0].lease_token, COMPLETED), stale]
+    second, written = await DB.claim(
+        aconn, queues=["q"], task_limits=TASKS, limit=3, lease=30.0, worker_id="w", outcomes=outcomes
+    )
+    assert len(second) == 3
+    assert written == {first[0].id}
+    assert await DB.record_outcomes(aconn, [(j.id, j.lease_token, COMPLETED) for j in second]) == {j.id for j in second}
+    states = dict(conn.execute("SELECT state::text, count(*) FROM pgqueue.jobs GROUP BY 1").fetchall())
+    assert states == {"completed": 4, "running": 1, "available": 4_995}
+    assert conn.execute("SELECT state::text FROM pgqueue.jobs_live WHERE id = %s", [first[1].id]).fetchone() == (
+        "running",
+    )
+    cur = await aconn.execute(
+        "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements"
+        " WHERE statement LIKE 'WITH picked AS%' OR statement LIKE 'WITH outcome%'"
+    )
+    plans = await cur.fetchall()
+    assert len(plans) == 2, plans
+    assert all(generic > 0 and custom == 0 for _, generic, custom in plans), plans
