@@ -6,10 +6,16 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["cancel_and_wait"]
+__all__ = ["RESEND", "cancel_and_wait"]
 
 
-async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any]], *, resend: float = 1.0) -> None:
+#: Seconds between cancellations of a task that is still running: longer than psycopg
+#: takes to clean up after one (it sends the server a cancel request, up to 5 s, then
+#: reads what the query still returns, up to 5 s), so a second one cannot cut that short.
+RESEND = 12.0
+
+
+async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any]], *, resend: float = RESEND) -> None:
     """Cancel ``tasks`` and wait until every one is done, cancelling again every ``resend``
     seconds those still running. A single cancel() is not enough: on Python 3.11,
     ``asyncio.wait_for`` (which psycopg_pool uses while a client waits for a connection)

@@ -27,7 +27,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar, Generic, TypeVar
 
 from .._db.conn import TRANSIENT, AConn, brief
-from .._tasks import cancel_and_wait
+from .._tasks import RESEND, cancel_and_wait
 from ..retry import Backoff, Retries
 
 __all__ = ["Connect", "Maintainer", "PeriodicService"]
@@ -51,6 +51,8 @@ class PeriodicService(abc.ABC, Generic[R]):
     what: ClassVar[str]
     #: Errors logged and retried; anything else ends the loop.
     transient: ClassVar[tuple[type[BaseException], ...]] = TRANSIENT
+    #: Seconds between cancellations while :meth:`stop` waits (see ``cancel_and_wait``).
+    stop_resend: ClassVar[float] = RESEND
 
     def __init__(
         self,
@@ -137,7 +139,7 @@ class PeriodicService(abc.ABC, Generic[R]):
         task, self._task = self._task, None
         if task is None:
             return
-        await cancel_and_wait([task])
+        await cancel_and_wait([task], resend=self.stop_resend)
 
 
 class Maintainer:

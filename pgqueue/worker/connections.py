@@ -1,5 +1,6 @@
 """The worker's connections: a small async pool for the loop's hot statements (claims,
-outcomes, heartbeats), whose sessions run on the worker's plans; an async pool for the
+outcomes, heartbeats, and the small reads that go with them: the flow-control settings
+and the worker's registration), whose sessions run on the worker's plans; an async pool for the
 rest (maintenance, cron, startup and shutdown, transactional ``async def`` handlers), on
 PostgreSQL's defaults; and a blocking pool made on first use for transactional sync
 handlers, which run in threads.

@@ -176,6 +176,8 @@ async def test_stop_ends_a_service_whose_round_swallowed_the_cancellation() -> N
     swallowed = asyncio.Event()
 
     class Swallowing(Counting):
+        stop_resend = 0.05
+
         async def run_once(self) -> int:
             if not swallowed.is_set():
                 try:
