@@ -175,6 +175,12 @@ class JobsDB:
         await conn.execute(self.q["worker_session_plans"])
         self._session_plans.add(conn)
 
+    async def _worker_plans(self, conn: AConn) -> None:
+        """Send ``worker_plans`` first in this pipeline or transaction, unless the session
+        of ``conn`` already runs on them."""
+        if conn not in self._session_plans:
+            await conn.execute(self.q["worker_plans"])
+
     async def claim(
         self,
         conn: AConn,
@@ -294,13 +300,11 @@ class JobsDB:
     ) -> tuple[list[Job], set[int]]:
         """The buffered outcomes (if any) and the claim in one pipeline: one round trip and one
         transaction, on the worker's plans (``worker_plans``, or the session's)."""
-        planned = conn in self._session_plans
-        if planned and not outcomes:
+        if not outcomes and conn in self._session_plans:
             cur = await conn.execute(query, params)
             return [Job(*row) for row in await cur.fetchall()], set()
         async with conn.pipeline() as pipeline:
-            if not planned:
-                await conn.execute(self.q["worker_plans"])
+            await self._worker_plans(conn)
             written_cur = conn.cursor()
             claim_cur = conn.cursor()
             if outcomes:
@@ -345,8 +349,7 @@ class JobsDB:
         """:meth:`register` and :meth:`extend_leases` in one round trip (a pipeline), on the
         worker's plans (``worker_plans``)."""
         async with conn.pipeline():
-            if conn not in self._session_plans:
-                await conn.execute(self.q["worker_plans"])
+            await self._worker_plans(conn)
             await self.register(conn, registration)
             return await self.extend_leases(conn, held, lease)
 

@@ -162,7 +162,7 @@ async def test_a_session_on_the_worker_plans_claims_and_records_with_or_without_
 ) -> None:
     # A hot connection claims alone (one plain statement), claims with outcomes riding along
     # (a pipeline without worker_plans), and records outcomes alone: each on generic plans
-    # that reach rows by index, each fenced by lease as on any other connection.
+    # only, each fenced by lease as on any other connection.
     await DB.use_session_plans(aconn)
     conn.execute("ANALYZE pgqueue.jobs_live")
     for _ in range(8):  # prepared at the 6th run, on an empty table
