@@ -324,12 +324,17 @@ class Worker:
             except TRANSIENT as exc:
                 log.error("could not release %d jobs (%s); the rescuer will retry them", len(leftover), brief(exc))
             self.leases.forget(leftover)
-        try:
-            await asyncio.wait_for(self.completer.flush(), timeout=max(cfg.shutdown_timeout, 5.0))
-        except TimeoutError:
+        # Not wait_for: a flush waiting on the pool can swallow its cancellation (see
+        # cancel_and_wait), and wait_for would then wait for it for ever.
+        flush = asyncio.ensure_future(self.completer.flush())
+        done, _ = await asyncio.wait({flush}, timeout=max(cfg.shutdown_timeout, 5.0))
+        if done:
+            flush.result()
+        else:
             log.error(
                 "could not write %d job outcomes before exiting; the rescuer will retry them", len(self.completer)
             )
+            await cancel_and_wait([flush])
         await self.leases.close()
         log.info("worker %s stopped", self.worker_id)
 

@@ -304,3 +304,33 @@ async def test_postgres_restart_mid_job_the_worker_reconnects_and_finishes_it(
     warnings = [r.getMessage() for r in caplog.records if r.name.startswith("pgqueue")]
     assert warnings, "the restart went unnoticed"
     assert all("\n" not in w for w in warnings), warnings
+
+
+# -- shutdown with no database -------------------------------------------------------------
+
+
+async def test_worker_stops_when_it_cannot_write_its_last_outcomes(
+    app: pgqueue.App, dsn: str, proxy: Proxy, conn: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker told to stop while the database refuses it: it tries to write the outcome
+    of the job it finished for a bounded time, says it could not, and stops. The job stays
+    running under its lease (never lost, never completed without a record), for the
+    rescuer to retry."""
+    app.configure(dsn=via(dsn, proxy))
+    finish = asyncio.Event()
+
+    @app.task(name="gated")
+    async def gated() -> None:
+        await finish.wait()
+
+    with caplog.at_level(logging.WARNING, logger="pgqueue"):
+        async with running_worker(app, listen=False, shutdown_timeout=0.5, stop_timeout=60) as worker:
+            job_id = gated.enqueue(conn)
+            await async_wait_until(lambda: worker.in_flight == 1)
+            proxy.set_mode("reset")  # every connection dropped, new ones refused
+            worker.stop()
+            finish.set()
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("pgqueue")]
+    assert any(line.startswith("could not write 1 job outcomes before exiting") for line in lines), lines
+    assert worker.stats.completed == 0
+    assert state_of(conn, job_id) == "running"
