@@ -102,7 +102,8 @@ class Completer:
             await self._arrived.wait()
             if len(self._pending) < self.batch_size and self.interval > 0:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._full.wait(), self.interval)
+                    async with asyncio.timeout(self.interval):  # no task per wait, unlike wait_for
+                        await self._full.wait()
             await self.flush()
 
     async def flush(self) -> None:

@@ -250,8 +250,11 @@ class Fetcher:
     async def _wait(self) -> None:
         self.report.stats.fetcher_waiting = True
         try:
+            # asyncio.timeout, not wait_for: no task per wait, and a wake-up resumes this
+            # task directly (wait_for's inner task took two more turns of the loop).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.capacity.wake.wait(), self._poll_timeout())
+                async with asyncio.timeout(self._poll_timeout()):
+                    await self.capacity.wake.wait()
         finally:
             self.report.stats.fetcher_waiting = False
 
@@ -278,4 +281,5 @@ class Fetcher:
 
     async def _sleep_unless_stopping(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.stopping.wait(), seconds)
+            async with asyncio.timeout(seconds):
+                await self.stopping.wait()
