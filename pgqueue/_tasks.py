@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["RESEND", "cancel_and_wait"]
+__all__ = ["RESEND", "cancel_and_wait", "wait_set"]
 
 
 #: Seconds between cancellations of a task that is still running: longer than psycopg
@@ -32,3 +32,15 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any]], *, resend: float =
     for t in tasks:
         if not t.cancelled():
             t.exception()
+
+
+async def wait_set(event: asyncio.Event, seconds: float) -> bool:
+    """Wait until ``event`` is set, for at most ``seconds``; True if it was set. With
+    ``asyncio.timeout``, not ``wait_for``: no task per wait, a ``set()`` resumes the caller
+    directly (``wait_for``'s inner task takes two more turns of the loop), and a
+    cancellation from outside is never swallowed."""
+    try:
+        async with asyncio.timeout(seconds):
+            return await event.wait()
+    except TimeoutError:
+        return False

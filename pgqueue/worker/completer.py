@@ -16,13 +16,13 @@ database has acknowledged them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
 from .._db.conn import RECONNECT_BACKOFF, TRANSIENT, brief, within
 from .._db.errors import PartitionMissingError
 from .._db.jobs import JobsDB
+from .._tasks import wait_set
 from ..models import Job, Outcome
 from ..retry import Retries
 from .connections import Connections
@@ -101,9 +101,7 @@ class Completer:
         while True:
             await self._arrived.wait()
             if len(self._pending) < self.batch_size and self.interval > 0:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.interval):  # no task per wait, unlike wait_for
-                        await self._full.wait()
+                await wait_set(self._full, self.interval)
             await self.flush()
 
     async def flush(self) -> None:

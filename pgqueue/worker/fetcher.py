@@ -26,7 +26,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -35,6 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from .._db.conn import RECONNECT_BACKOFF, TRANSIENT, AConn, brief, within
 from .._db.errors import PartitionMissingError
 from .._db.jobs import ClaimHint, JobsDB
+from .._tasks import wait_set
 from ..config import WorkerConfig
 from ..models import Job, Outcome
 from ..retry import Retries
@@ -250,11 +250,7 @@ class Fetcher:
     async def _wait(self) -> None:
         self.report.stats.fetcher_waiting = True
         try:
-            # asyncio.timeout, not wait_for: no task per wait, and a wake-up resumes this
-            # task directly (wait_for's inner task took two more turns of the loop).
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._poll_timeout()):
-                    await self.capacity.wake.wait()
+            await wait_set(self.capacity.wake, self._poll_timeout())
         finally:
             self.report.stats.fetcher_waiting = False
 
@@ -280,6 +276,4 @@ class Fetcher:
             log.error("could not release %d jobs %s (%s); the rescuer will", len(jobs), why, brief(exc))
 
     async def _sleep_unless_stopping(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await self.stopping.wait()
+        await wait_set(self.stopping, seconds)
