@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from typer.testing import CliRunner
 
@@ -307,8 +308,6 @@ def test_notify(dsn: str, tmp_path: Path) -> None:
 
 
 def test_notify_statements_are_pgqueues_own_with_and_without_the_wake_up(dsn: str) -> None:
-    import psycopg
-
     from pgqueue._db.sql import channel_name
 
     notify, quiet = notify_workload.statements(dsn)
@@ -327,3 +326,28 @@ def test_notify_statements_are_pgqueues_own_with_and_without_the_wake_up(dsn: st
     assert heard == ["default"]  # one wake-up: the notifying statement's
     assert before is not None
     assert after == (before[0] + 2,)
+
+
+def test_wal_mix_counts_each_sides_writes_per_drained_job(dsn: str, tmp_path: Path) -> None:
+    from bench import wal_mix
+
+    out = tmp_path / "wal.json"
+    jobs = 300
+    assert wal_mix.main(["--dsn", dsn, "--jobs", str(jobs), "--concurrency", "4", "--json", str(out)]) == 0
+    sides = json.loads(out.read_text())["sides"]
+
+    def records(side: str, *kinds: str) -> int:
+        return sum(sides[side].get(k, {"records": 0})["records"] for k in kinds)
+
+    # The raw loop deletes each job and keeps nothing; pgqueue deletes each job from the
+    # live partition and inserts it into its finished partition (the history it keeps).
+    assert records("raw", "Heap/DELETE") == jobs
+    assert records("raw", "Heap/INSERT", "Heap/INSERT+INIT") == 0
+    assert records("pgqueue", "Heap/DELETE") >= jobs
+    assert records("pgqueue", "Heap/INSERT", "Heap/INSERT+INIT") >= jobs
+    # Every claimed job's lock is in the WAL on both sides.
+    assert records("raw", "Heap/LOCK") >= jobs
+    assert records("pgqueue", "Heap/LOCK") >= jobs
+    with psycopg.connect(dsn) as conn:  # both sides cleaned up after themselves
+        left = conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname IN ('walmix', 'bench_raw')").fetchone()
+    assert left == (0,)
