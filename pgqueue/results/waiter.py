@@ -42,6 +42,7 @@ import psycopg
 
 from .._db.conn import application_name, brief, within
 from .._db.results import ResultRow, ResultsDB
+from .._tasks import wait_set
 from ..errors import PgQueueError, ResultTimeout
 from ..retry import Backoff, Retries
 from .outcome import is_finished, not_found, value_of
@@ -266,21 +267,19 @@ class ResultWaiter:
                     return False
             _check_stop(run)
             wake.clear()
-            try:
-                await asyncio.wait_for(wake.wait(), self.idle_close)
+            if await wait_set(wake, self.idle_close):
                 _check_stop(run)
-            except TimeoutError:
-                with self._lock:
-                    if not self._pending:
-                        run.done = True
-                        return True
+                continue
+            with self._lock:
+                if not self._pending:
+                    run.done = True
+                    return True
 
     async def _sleep(self, run: _Run, delay: float) -> None:
         wake = _wake_event(run)
         _check_stop(run)
         wake.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(wake.wait(), delay)
+        await wait_set(wake, delay)
         _check_stop(run)
 
     async def _serve(self, run: _Run, conn: psycopg.AsyncConnection[Any]) -> bool:
@@ -352,10 +351,9 @@ class ResultWaiter:
                     return True
             _check_stop(run)
             wake.clear()
-            try:
-                await asyncio.wait_for(wake.wait(), min(self.health_interval, until - loop.time()))
+            if await wait_set(wake, min(self.health_interval, until - loop.time())):
                 _check_stop(run)
-            except TimeoutError:
+            else:
                 await within(self.health_interval, self.db.ping(conn), "health check")
 
     async def _next_event(self, run: _Run, conn: psycopg.AsyncConnection[Any], timeout: float) -> str:

@@ -17,6 +17,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from .._dsn import open_connection, unavailable
+from .._tasks import wait_set
 from ..errors import DatabaseUnavailableError
 from ..maintenance.partitions import ensure_partitions
 from ..migrate import require_current
@@ -72,10 +73,7 @@ async def wait_for_database(
         attempt += 1
         delay = BACKOFF.delay(attempt)
         log_attempt(log, dsn, attempt, exc, delay)
-        try:
-            await asyncio.wait_for(stopping.wait(), delay)
-        except TimeoutError:
-            continue
+        await wait_set(stopping, delay)
     return False
 
 
